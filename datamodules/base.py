@@ -1,0 +1,455 @@
+"""BaseDataModule: splitting, loader construction, state and summary shared by every DataModule.
+
+A subclass says what its data is; the base class does the rest:
+
+* :meth:`BaseDataModule.build_dataset` (required): the full dataset, built once in ``setup``.
+* :meth:`BaseDataModule.split_sources` (optional): separate datasets for ``"val"`` / ``"test"``
+  that replace the random split for that stage (e.g. an image folder's ``val_root``).
+* :meth:`BaseDataModule.labels` (optional): one label per sample, for ``stratify=True``.
+* :meth:`BaseDataModule.make_view` (optional): how a split is fetched a batch at a time; the
+  default fetches samples one by one and collates them with :meth:`collate`.
+* :meth:`BaseDataModule.make_sampler` (optional): the batch sampler of a split.
+* ``work`` (class attribute): ``"memory"``, ``"decode"`` or ``"io"``, which drives the
+  ``"auto"`` loader settings (see :mod:`datamodules.hardware`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch.utils.data import default_collate
+
+from datamodules.hardware import (
+    AUTO,
+    LoaderSettings,
+    resolve_loader_settings,
+    validate_flag,
+    validate_num_workers,
+    validate_prefetch_factor,
+)
+from datamodules.loaders import ResumableDataLoader
+from datamodules.samplers import IndexBatchSampler, current_rank_and_world
+from datamodules.splits import (
+    SPLIT_NAMES,
+    explicit_split_indices,
+    random_split_indices,
+    split_fingerprint,
+    split_sizes,
+    stratified_split_indices,
+    validate_split_pair,
+)
+from datamodules.views import SampleBatchView, SplitView
+
+log = logging.getLogger("datamodules")
+if not log.handlers:
+    log.setLevel(logging.INFO)
+    log.addHandler(logging.StreamHandler())
+    log.propagate = False
+
+STAGE_TO_SPLIT = {"train": "train", "val": "val", "test": "test"}
+_FEW_WORKERS = r"The '(train|val|test|predict)_dataloader' does not have many workers"
+
+
+def _check_int(value: Any, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name}={value!r} ({type(value).__name__}) is not accepted: use an int >= {minimum}."
+        )
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
+
+
+def _check_bool(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}={value!r} is not accepted: use True or False.")
+
+
+class BaseDataModule(pl.LightningDataModule):
+    """Seeded splits, hardware-aware resumable loaders, state and summary.
+
+    Args:
+        batch_size: Samples per batch, per process under DDP.
+        val_split: Fraction in [0, 1) or whole count of samples for validation; ignored when
+            a validation set is given explicitly (``splits`` or a subclass's own source).
+        test_split: The same for the test split.
+        split_seed: Seeds the split generator (``torch.Generator().manual_seed``): the same
+            split on every rank, every run and every ``setup`` call.
+        splits: Explicit indices ``{"train": idx, "val": idx, "test": idx}`` instead of a
+            random split (``val``/``test`` optional).
+        stratify: Keep each class's proportion in every split (labels from :meth:`labels`).
+        num_workers: An int, or ``"auto"`` (from the CPUs of this process, the local world
+            size and the kind of work; see :mod:`datamodules.hardware`).
+        pin_memory: A bool, or ``"auto"``: True only when the Trainer's accelerator is CUDA.
+        persistent_workers: A bool, or ``"auto"``: True whenever ``num_workers > 0``.
+        prefetch_factor: Batches each worker loads ahead: an int, or ``"auto"``.
+        shuffle: Shuffle the train split every epoch (eval loaders never shuffle).
+        drop_last: Drop the last incomplete train batch (eval loaders never drop).
+        shuffle_seed: Seed of the per-epoch train order (epoch ``e`` uses ``shuffle_seed + e``);
+            defaults to ``split_seed``.
+        train_transforms: Applied to training samples (or batches, for tensors).
+        eval_transforms: Applied to validation, test and predict samples.
+    """
+
+    work: ClassVar[str] = "memory"
+    #: Constructor arguments that are data or callables, kept out of ``hparams``.
+    hparams_ignore: ClassVar[tuple[str, ...]] = ("train_transforms", "eval_transforms", "splits")
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        val_split: float | int = 0.1,
+        test_split: float | int = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        _check_int(batch_size, "batch_size", 1)
+        validate_split_pair(val_split, test_split)
+        _check_int(split_seed, "split_seed", -(2**63))
+        if shuffle_seed is not None:
+            _check_int(shuffle_seed, "shuffle_seed", -(2**63))
+        validate_num_workers(num_workers)
+        validate_flag(pin_memory, "pin_memory")
+        validate_flag(persistent_workers, "persistent_workers")
+        validate_prefetch_factor(prefetch_factor)
+        for name, flag in (("stratify", stratify), ("shuffle", shuffle), ("drop_last", drop_last)):
+            _check_bool(flag, name)
+        transforms = {"train_transforms": train_transforms, "eval_transforms": eval_transforms}
+        for name, fn in transforms.items():
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name}={fn!r} is not accepted: use a callable or None.")
+        if splits is not None and stratify:
+            raise ValueError("stratify=True has no effect with explicit splits: drop one of them.")
+        self.save_hyperparameters(ignore=list(self.hparams_ignore))
+        self.batch_size = int(batch_size)
+        self.val_split = val_split
+        self.test_split = test_split
+        self.split_seed = int(split_seed)
+        self.explicit_splits = splits
+        self.stratify = stratify
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers
+        self.prefetch_factor = prefetch_factor
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.shuffle_seed = self.split_seed if shuffle_seed is None else int(shuffle_seed)
+        self.train_transforms = train_transforms
+        self.eval_transforms = eval_transforms
+
+        self.dataset: Any = None
+        self.split_indices: dict[str, torch.Tensor] | None = None
+        self.split_datasets: dict[str, Any] = {}
+        self.fingerprint: str | None = None
+        self._views: dict[str, SplitView] = {}
+        self._settings: dict[str, LoaderSettings] = {}
+        self._samplers: dict[str, IndexBatchSampler] = {}
+        self._train_loader: ResumableDataLoader | None = None
+        self._pending_sampler_state: dict[str, Any] | None = None
+        self._pending_fingerprint: str | None = None
+        self._logged = False
+
+    # ------------------------------------------------------------------ subclass hooks
+    def build_dataset(self) -> Any:
+        """Returns the full dataset (a Sized, map-style object). Called once, in ``setup``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_dataset().")
+
+    def num_samples(self, dataset: Any) -> int:
+        """Returns the number of samples of a dataset built by this module (default: ``len``)."""
+        return len(dataset)
+
+    def split_sources(self) -> dict[str, Any]:
+        """Returns datasets given explicitly for ``"val"`` / ``"test"`` (default: none)."""
+        return {}
+
+    def labels(self) -> torch.Tensor:
+        """Returns one label per sample of the full dataset, for ``stratify=True``."""
+        raise NotImplementedError(
+            f"stratify=True needs labels: {type(self).__name__} must implement labels()."
+        )
+
+    def collate(self, samples: list[Any]) -> Any:
+        """Turns a list of samples into a batch (default: ``torch.utils.data.default_collate``)."""
+        return default_collate(samples)
+
+    def transform_for(self, split: str) -> Callable[[Any], Any] | None:
+        """Returns the transform of a split: train transforms for train, eval ones otherwise."""
+        return self.train_transforms if split == "train" else self.eval_transforms
+
+    def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
+        """Returns the object a loader indexes with one batch's index tensor."""
+        return SampleBatchView(dataset, indices, self.transform_for(split), self.collate)
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        """Returns the batch sampler of a split for this rank."""
+        train = split == "train"
+        return IndexBatchSampler(
+            len(view),
+            self.batch_size,
+            shuffle=self.shuffle and train,
+            drop_last=self.drop_last and train,
+            seed=self.shuffle_seed,
+            num_replicas=world,
+            rank=rank,
+        )
+
+    # ------------------------------------------------------------------ setup and splits
+    def setup(self, stage: str | None = None) -> None:
+        """Builds the dataset and the splits once; later calls return at once."""
+        if self.split_indices is not None:
+            return
+        dataset = self.build_dataset()
+        n = self.num_samples(dataset)
+        self.dataset = dataset
+        sources = self.split_sources()
+        unknown = set(sources) - {"val", "test"}
+        if unknown:
+            raise ValueError(f"split_sources() returned unknown splits {sorted(unknown)}.")
+        if n == 0:
+            raise ValueError(f"{type(self).__name__}: the dataset is empty: nothing to train on.")
+        if self.explicit_splits is not None:
+            indices = explicit_split_indices(self.explicit_splits, n)
+        else:
+            val = 0 if "val" in sources else self.val_split
+            test = 0 if "test" in sources else self.test_split
+            sizes = split_sizes(n, val, test)
+            if self.stratify:
+                labels = self.labels()
+                if len(labels) != n:
+                    raise ValueError(
+                        f"labels() returned {len(labels)} labels for {n} samples: need one each."
+                    )
+                parts = stratified_split_indices(labels, sizes, self.split_seed)
+            else:
+                parts = random_split_indices(n, sizes, self.split_seed)
+            # Each split keeps dataset order; shuffling is the train sampler's job.
+            indices = {
+                name: part.sort().values for name, part in zip(SPLIT_NAMES, parts, strict=True)
+            }
+        datasets = {name: dataset for name in SPLIT_NAMES}
+        for name, source in sources.items():
+            datasets[name] = source
+            indices[name] = torch.arange(self.num_samples(source), dtype=torch.int64)
+        self.dataset = dataset
+        self.split_datasets = datasets
+        self.split_indices = indices
+        source_lengths = {
+            f"{k}_length": torch.tensor([self.num_samples(v)]) for k, v in sources.items()
+        }
+        self.fingerprint = split_fingerprint(n, {**indices, **source_lengths})
+        if self._pending_fingerprint is not None:
+            self._check_fingerprint(self._pending_fingerprint)
+            self._pending_fingerprint = None
+
+    def _require_setup(self) -> dict[str, torch.Tensor]:
+        if self.split_indices is None:
+            self.setup()
+        assert self.split_indices is not None
+        return self.split_indices
+
+    def split_size(self, split: str) -> int:
+        """Returns the number of samples in ``"train"``, ``"val"`` or ``"test"``."""
+        return len(self._require_setup()[split])
+
+    def view(self, split: str) -> SplitView:
+        """Returns the split's batch view (created once)."""
+        indices = self._require_setup()
+        if split not in self._views:
+            self._views[split] = self.make_view(split, self.split_datasets[split], indices[split])
+        return self._views[split]
+
+    # ------------------------------------------------------------------ hardware and loaders
+    def _trainer(self) -> Any:
+        return getattr(self, "trainer", None)
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = self._trainer()
+        if trainer is not None:
+            connector = getattr(trainer, "_accelerator_connector", None)
+            if not getattr(connector, "use_distributed_sampler", True):
+                return 0, 1
+            return trainer.global_rank, trainer.world_size
+        return current_rank_and_world()
+
+    def _hardware(self) -> tuple[int, str | None]:
+        """Returns (local world size, accelerator name) from the Trainer, else the process."""
+        trainer = self._trainer()
+        if trainer is not None:
+            return max(1, int(trainer.num_devices)), trainer.strategy.root_device.type
+        accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        return max(1, local), accelerator
+
+    def loader_settings(self, split: str = "train") -> LoaderSettings:
+        """Resolves (and remembers) the loader settings for a split on this hardware."""
+        local_world, accelerator = self._hardware()
+        settings = resolve_loader_settings(
+            self.num_workers,
+            self.pin_memory,
+            self.persistent_workers,
+            work=self.work,
+            local_world_size=local_world,
+            accelerator=accelerator,
+            prefetch_factor=self.prefetch_factor,
+        )
+        self._settings[split] = settings
+        return settings
+
+    def _consumed_batches(self) -> int | None:
+        trainer = self._trainer()
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:
+            return None
+        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+    def make_loader(self, split: str) -> ResumableDataLoader:
+        """Builds the loader of a split: its view, its sampler and the resolved settings."""
+        view = self.view(split)
+        rank, world = self._rank_world()
+        sampler = self.make_sampler(split, view, rank, world)
+        settings = self.loader_settings(split)
+        if self.num_workers == AUTO:
+            # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.
+            warnings.filterwarnings("ignore", message=_FEW_WORKERS, category=PossibleUserWarning)
+        loader = ResumableDataLoader(view, sampler=sampler, **settings.loader_kwargs())
+        if split == "train":
+            loader.consumed_batches = self._consumed_batches
+            self._train_loader = loader
+            if self._pending_sampler_state is not None:
+                sampler.load_state_dict(self._pending_sampler_state)
+                self._pending_sampler_state = None
+        self._samplers[split] = sampler
+        if not self._logged:
+            self._logged = True
+            self._log_summary()
+        return loader
+
+    @rank_zero_only
+    def _log_summary(self) -> None:
+        log.info(self.summary())
+
+    def train_dataloader(self) -> ResumableDataLoader:
+        """The train loader: shuffled per epoch, disjoint per rank, resumable mid-epoch."""
+        return self.make_loader("train")
+
+    def val_dataloader(self) -> ResumableDataLoader | list:
+        """The validation loader, or an empty list (no validation) when the split is empty."""
+        return self.make_loader("val") if self.split_size("val") else []
+
+    def test_dataloader(self) -> ResumableDataLoader:
+        """The test loader."""
+        if not self.split_size("test"):
+            raise ValueError(
+                f"{type(self).__name__} has an empty test split: set test_split (a fraction or "
+                "count), give splits['test'], or a test source."
+            )
+        return self.make_loader("test")
+
+    def predict_dataloader(self) -> ResumableDataLoader:
+        """A loader over the test split, else the validation split."""
+        for split in ("test", "val"):
+            if self.split_size(split):
+                return self.make_loader(split)
+        raise ValueError(
+            f"{type(self).__name__} has no test or validation samples to predict on: set "
+            "test_split or val_split."
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Returns what resume needs: the split fingerprint and the train sampler position."""
+        state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
+        if self.split_indices is not None:
+            state["split_sizes"] = {k: len(v) for k, v in self.split_indices.items()}
+        if self._train_loader is not None:
+            state["train_sampler"] = self._train_loader.state_dict()["sampler"]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Checks the split against the saved one and restores the train position.
+
+        Raises:
+            ValueError: If the saved split differs from this module's split.
+        """
+        saved = state_dict.get("split_fingerprint")
+        if saved is not None:
+            if self.fingerprint is None:
+                self._pending_fingerprint = saved
+            else:
+                self._check_fingerprint(saved)
+        sampler_state = state_dict.get("train_sampler")
+        if sampler_state is not None:
+            sampler = self._samplers.get("train")
+            if sampler is not None:
+                sampler.load_state_dict(sampler_state)
+            else:
+                self._pending_sampler_state = sampler_state
+        self._restore_extra_state(state_dict)
+
+    def _restore_extra_state(self, state_dict: dict[str, Any]) -> None:
+        """Subclasses restore their own entries of ``state_dict`` here (e.g. a vocabulary)."""
+
+    def _check_fingerprint(self, saved: str) -> None:
+        if saved != self.fingerprint:
+            raise ValueError(
+                f"{type(self).__name__}: the checkpoint's split fingerprint {saved} differs from "
+                f"this run's {self.fingerprint}: the data or the split arguments (val_split, "
+                "test_split, split_seed, splits, stratify) changed, so the resumed run would "
+                "train on other samples."
+            )
+
+    # ------------------------------------------------------------------ summary
+    def summary(self) -> str:
+        """Returns a readable account of the splits and the loader settings, with reasons."""
+        lines = [f"{type(self).__name__}"]
+        if self.split_indices is None:
+            lines.append("  splits: not set up yet (call setup())")
+        else:
+            rank, world = self._rank_world()
+            n_train = self.split_size("train")
+            sizes = ", ".join(f"{k}={len(v)}" for k, v in self.split_indices.items())
+            lines.append(
+                f"  splits: {sizes} (split_seed={self.split_seed}, fingerprint {self.fingerprint})"
+            )
+            per_rank = math.ceil(n_train / world)
+            lines.append(
+                f"  train: batch_size={self.batch_size} per process, world={world}, "
+                f"{per_rank} samples and {math.ceil(per_rank / self.batch_size)} batches per rank, "
+                f"shuffle={self.shuffle}, drop_last={self.drop_last}"
+            )
+        settings = self._settings.get("train") or self.loader_settings("train")
+        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+            lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
+        lines.extend(self.extra_summary())
+        return "\n".join(lines)
+
+    def extra_summary(self) -> list[str]:
+        """Subclasses add lines to :meth:`summary` here."""
+        return []
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def __str__(self) -> str:
+        return self.summary()

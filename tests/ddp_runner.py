@@ -1,0 +1,64 @@
+"""Runs a real 2-process CPU DDP ``Trainer.fit`` (gloo) and records the ids each rank saw.
+
+Launched by the contract tests as ``python tests/ddp_runner.py --factory MOD:FN --out DIR``.
+Lightning's DDP launcher re-runs this same command line for rank 1, so this file must be a
+plain script. ``FN(**json.loads(--kwargs))`` returns ``(datamodule, batch_ids)``, where
+``batch_ids(batch)`` gives the sample ids in a batch. Each rank writes ``rank{R}.json``:
+``{"train": [[ids of batch 0], ...] per epoch, "val": [...], "batches": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import lightning.pytorch as pl  # noqa: E402
+
+from tests.recording import RecordingModel  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--factory", required=True)
+    parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--devices", type=int, default=2)
+    args = parser.parse_args()
+    module_name, fn_name = args.factory.split(":")
+    factory = getattr(importlib.import_module(module_name), fn_name)
+    dm, batch_ids = factory(**json.loads(args.kwargs))
+    model = RecordingModel(batch_ids)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp",
+        max_epochs=args.epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=dm)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "rank": trainer.global_rank,
+        "world": trainer.world_size,
+        "train": model.train_epochs(),
+        "val": model.val_epochs(),
+        "pid": os.getpid(),
+    }
+    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
