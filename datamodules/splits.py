@@ -21,8 +21,15 @@ SplitSize = int | float
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 
 
+def _is_whole_count(value: Any) -> bool:
+    """A float such as 5.0 (as config parsers produce) is a count when it is >= 1."""
+    return isinstance(value, float) and value >= 1.0 and value.is_integer()
+
+
 def validate_split_size(value: Any, name: str) -> None:
     """Raises if ``value`` is neither a fraction in [0, 1) nor a whole count >= 0.
+
+    A whole float >= 1 (``5.0``, as config files may give) counts as a count.
 
     Args:
         value: The user's value.
@@ -37,7 +44,7 @@ def validate_split_size(value: Any, name: str) -> None:
             f"{name}={value!r} ({type(value).__name__}) is not accepted: "
             "use a fraction in [0, 1) or a whole count >= 0."
         )
-    if isinstance(value, numbers.Integral):
+    if isinstance(value, numbers.Integral) or _is_whole_count(value):
         if value < 0:
             raise ValueError(f"{name}={value!r} is not accepted: a count must be >= 0.")
         return
@@ -52,7 +59,11 @@ def validate_split_pair(val_split: SplitSize, test_split: SplitSize) -> None:
     """Raises if the two split sizes are invalid, or their fractions sum to 1 or more."""
     validate_split_size(val_split, "val_split")
     validate_split_size(test_split, "test_split")
-    fractions = [v for v in (val_split, test_split) if not isinstance(v, numbers.Integral)]
+    fractions = [
+        v
+        for v in (val_split, test_split)
+        if not (isinstance(v, numbers.Integral) or _is_whole_count(v))
+    ]
     if sum(float(v) for v in fractions) >= 1.0:
         raise ValueError(
             f"val_split={val_split!r} and test_split={test_split!r} sum to "
@@ -80,7 +91,9 @@ def split_sizes(n: int, val_split: SplitSize, test_split: SplitSize) -> tuple[in
     validate_split_pair(val_split, test_split)
 
     def count(v: SplitSize) -> int:
-        return int(v) if isinstance(v, numbers.Integral) else math.floor(float(v) * n + 0.5)
+        if isinstance(v, numbers.Integral) or _is_whole_count(v):
+            return int(v)
+        return math.floor(float(v) * n + 0.5)
 
     n_val, n_test = count(val_split), count(test_split)
     n_train = n - n_val - n_test

@@ -216,3 +216,50 @@ class TestBadInput:
         dm.setup("test")
         with pytest.raises(ValueError, match="empty test split"):
             dm.test_dataloader()
+
+
+class PlainModel(RecordingModel):
+    """RecordingModel with its batch_ids fixed, so LightningCLI can build it without arguments."""
+
+    def __init__(self) -> None:
+        super().__init__(batch_ids)
+
+
+class TestLightningIntegration:
+    def test_lightning_cli_builds_it_from_a_path(self, tmp_path: Path) -> None:
+        from lightning.pytorch.cli import LightningCLI
+
+        from datamodules import BaseDataModule
+
+        x, y = make_tensors()
+        file = tmp_path / "data.npz"
+        np.savez(file, x=x.numpy(), y=y.numpy())
+        args = [
+            "--data", "TensorDataModule", "--data.path", str(file), "--data.batch_size", "8",
+            "--data.val_split", "5", "--trainer.logger", "false",
+        ]  # fmt: skip
+        cli = LightningCLI(
+            PlainModel, BaseDataModule, subclass_mode_data=True, run=False, args=args
+        )
+        dm = cli.datamodule
+        assert isinstance(dm, TensorDataModule)
+        assert dm.batch_size == 8 and dm.path == str(file)
+        dm.setup("fit")
+        assert dm.split_size("val") == 5 and dm.split_size("train") == N - 5
+        batch = next(iter(dm.train_dataloader()))
+        assert set(batch) == {"x", "y"} and batch["x"].shape == (8, 3)
+
+    @pytest.mark.parametrize(("num_workers", "warned"), [("auto", False), (0, True)])
+    def test_auto_few_workers_is_not_second_guessed_by_lightning(
+        self, monkeypatch: pytest.MonkeyPatch, num_workers: Any, warned: bool
+    ) -> None:
+        import os
+        import warnings
+
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))  # 16 CPUs
+        dm = TensorDataModule(*make_tensors(), batch_size=8, num_workers=num_workers)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quiet_trainer(max_epochs=1).fit(RecordingModel(batch_ids), datamodule=dm)
+        messages = [str(w.message) for w in caught]
+        assert any("does not have many workers" in m for m in messages) == warned
