@@ -1,6 +1,15 @@
 """Reusable, fast and DDP-correct LightningDataModules."""
 
 from datamodules.base import BaseDataModule
+from datamodules.image_folder import ImageFolderDataModule
+from datamodules.monitor import DataWaitMonitor
 from datamodules.tensor import TensorDataModule
+from datamodules.text import TextDataModule
 
-__all__ = ["BaseDataModule", "TensorDataModule"]
+__all__ = [
+    "BaseDataModule",
+    "DataWaitMonitor",
+    "ImageFolderDataModule",
+    "TensorDataModule",
+    "TextDataModule",
+]

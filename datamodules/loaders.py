@@ -46,6 +46,9 @@ class ResumableDataLoader(DataLoader):
         kwargs.pop("batch_sampler", None)
         super().__init__(dataset, sampler=sampler, **kwargs)
         self.consumed_batches: Callable[[], int | None] | None = None
+        #: Called once per epoch, in the main process, when the last batch is in hand
+        #: (before it is yielded, so it runs even if the consumer stops at ``len(loader)``).
+        self.on_epoch_end: Callable[[], None] | None = None
         self._yielded = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -57,13 +60,14 @@ class ResumableDataLoader(DataLoader):
             # iterator, without its per-batch profiler record and bookkeeping (a third of the
             # time of a whole tensor batch; see benchmarks/bench_tensor.py).
             dataset, collate = self.dataset, self.collate_fn
-            for index in sampler:
-                batch = collate(dataset[index])
-                self._yielded += 1
-                yield batch
-            return
-        for batch in super().__iter__():
+            batches: Iterator[Any] = (collate(dataset[index]) for index in sampler)
+        else:
+            batches = super().__iter__()
+        last = len(self)
+        for batch in batches:
             self._yielded += 1
+            if self._yielded == last and self.on_epoch_end is not None:
+                self.on_epoch_end()
             yield batch
 
     def state_dict(self) -> dict[str, Any]:
