@@ -84,9 +84,8 @@ def main() -> None:
         ]
     )
     print(f"{n} JPEGs of 320x240 -> 224x224, batch 64, median of {args.repeats} epochs")
-    print(
-        f"{'workers':>7s} {'loader':28s} {'images/s':>9s} {'vs torchvision':>15s} {'vs decode':>10s}"
-    )
+    header = ("workers", "loader", "images/s", "vs torchvision", "vs decode")
+    print("{:>7s} {:28s} {:>9s} {:>15s} {:>10s}".format(*header))
     for workers in (int(w) for w in args.workers.split(",")):
         baseline = DataLoader(
             datasets.ImageFolder(str(args.root), transform=v1),
