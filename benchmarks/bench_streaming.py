@@ -1,0 +1,373 @@
+"""ShardedStream against litdata and webdataset over the same records, in the same run.
+
+Data: ``--records`` records ``{"id": int, "tokens": list of round(exp(N(3.2, 0.8))) ints}``
+(lengths clipped to [1, 512]) in 16 shards, written to a temporary directory as JSONL and as
+Parquet for ours, with ``litdata.optimize`` for litdata (tokens as int64 arrays) and as tar
+shards for webdataset. Each loader runs 2 workers, batches of 64, shuffling on, and the same
+padded collate (``collates.padding.collate_records``). One repeat is one full epoch, worker
+start included; the loaders alternate within a repeat and each figure is the median over
+``--repeats``. Ours also checks that every record arrived exactly once.
+
+``--memory``: peak memory of one full epoch of ours (JSONL, 2 workers, batch 64, shuffle
+buffer 10,000), for 100k and 1M records, each in a fresh process; summed over the main
+process and its workers, as PSS (shared pages split between processes) and RSS.
+
+Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 3] [--memory]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from datamodules.shard_readers import index_shards  # noqa: E402
+from datamodules.stream_dataset import ShardedStream, StreamLoader  # noqa: E402
+
+try:
+    from collates.padding import collate_records
+except ImportError:  # pragma: no cover - before collates exists
+    collate_records = None
+
+
+def pad_tokens(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """A lean padded collate: ``id`` stacked, ``tokens`` right-padded with 0, ``lengths``.
+
+    One NumPy conversion per batch (not per record) whether tokens are lists or arrays.
+    """
+    tokens = [r["tokens"] for r in records]
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    out = np.zeros((len(tokens), int(lengths.max())), dtype=np.int64)
+    if isinstance(tokens[0], np.ndarray):
+        flat = np.concatenate(tokens)
+    else:
+        flat = np.fromiter(chain.from_iterable(tokens), dtype=np.int64, count=int(lengths.sum()))
+    out[np.arange(out.shape[1]) < lengths[:, None]] = flat
+    ids = torch.tensor([r["id"] for r in records])
+    return {"id": ids, "tokens": torch.from_numpy(out), "lengths": torch.from_numpy(lengths)}
+
+
+COLLATES = {"lean": pad_tokens, "project": collate_records}
+SHARDS, BATCH, WORKERS = 16, 64, 2
+
+
+def shard_records(shard: int, n_records: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The records of one shard (shard ``k`` holds ids ``k, k + 16, ...``), deterministic."""
+    rng = np.random.default_rng([seed, shard])
+    ids = list(range(shard, n_records, SHARDS))
+    lengths = np.clip(np.rint(np.exp(rng.normal(3.2, 0.8, len(ids)))), 1, 512).astype(int)
+    flat = rng.integers(0, 32_000, int(lengths.sum())).tolist()
+    out, at = [], 0
+    for i, n in zip(ids, lengths.tolist(), strict=True):
+        out.append({"id": i, "tokens": flat[at : at + n]})
+        at += n
+    return out
+
+
+def write_jsonl(root: Path, n_records: int) -> list[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(SHARDS):
+        path = root / f"shard-{k:02d}.jsonl"
+        with open(path, "w") as f:
+            for rec in shard_records(k, n_records):
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def write_parquet(root: Path, n_records: int) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(SHARDS):
+        recs = shard_records(k, n_records)
+        table = pa.table(
+            {
+                "id": [r["id"] for r in recs],
+                "tokens": pa.array([r["tokens"] for r in recs], pa.list_(pa.int64())),
+            }
+        )
+        path = root / f"shard-{k:02d}.parquet"
+        pq.write_table(table, path, row_group_size=2048)
+        paths.append(str(path))
+    return paths
+
+
+class LitdataShard:
+    """``litdata.optimize`` fn: yields the records of one shard, tokens as int64 arrays."""
+
+    def __init__(self, n_records: int) -> None:
+        self.n_records = n_records
+
+    def __call__(self, shard: int):
+        for rec in shard_records(shard, self.n_records):
+            yield {"id": rec["id"], "tokens": np.asarray(rec["tokens"], dtype=np.int64)}
+
+
+def write_litdata(root: Path, n_records: int) -> str | None:
+    try:
+        import litdata
+    except ImportError:
+        return None
+    method = multiprocessing.get_start_method(allow_none=True)
+    litdata.optimize(
+        fn=LitdataShard(n_records),
+        inputs=list(range(SHARDS)),
+        output_dir=str(root),
+        chunk_bytes="4MB",
+        num_workers=2,
+        verbose=False,
+    )
+    # optimize() forces the global start method to "spawn": restore the platform default so
+    # that every loader below starts its workers the same way.
+    multiprocessing.set_start_method(method, force=True)
+    return str(root)
+
+
+def write_webdataset(root: Path, n_records: int) -> list[str] | None:
+    try:
+        import webdataset as wds
+    except ImportError:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(SHARDS):
+        path = root / f"shard-{k:02d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for rec in shard_records(k, n_records):
+                sink.write({"__key__": f"{rec['id']:09d}", "json": rec})
+        paths.append(str(path))
+    return paths
+
+
+# ---------------------------------------------------------------------------- loaders
+
+
+def ours_epoch(shards: list, seed: int, collate: Any) -> tuple[int, bytearray]:
+    stream = ShardedStream(shards, batch_size=BATCH, shuffle=True, seed=seed, collate=collate)
+    seen = bytearray(sum(s.count for s in shards))
+    n = 0
+    for batch in StreamLoader(stream, num_workers=WORKERS):
+        ids = batch["id"]
+        n += len(ids)
+        for i in ids.tolist():
+            seen[i] += 1
+    return n, seen
+
+
+def litdata_epoch(root: str, seed: int, collate: Any) -> int:
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(root, shuffle=True, seed=seed)
+    loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
+    return sum(len(batch["id"]) for batch in loader)
+
+
+def wds_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    return sample["json"]
+
+
+def wds_epoch(paths: list[str], seed: int, collate: Any) -> int:
+    import webdataset as wds
+
+    dataset = (
+        wds.WebDataset(paths, shardshuffle=len(paths), seed=seed, empty_check=False)
+        .shuffle(10_000)
+        .decode()
+        .map(wds_sample)
+        .batched(BATCH, collation_fn=collate, partial=True)
+    )
+    loader = wds.WebLoader(dataset, batch_size=None, num_workers=WORKERS)
+    return sum(len(batch["id"]) for batch in loader)
+
+
+def timed(fn, *args) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - start, out
+
+
+def throughput(args: argparse.Namespace) -> None:
+    n = args.records
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        jsonl = index_shards(write_jsonl(root / "jsonl", n), cache_dir=root / "cache")
+        parquet = index_shards(write_parquet(root / "parquet", n), cache_dir=root / "cache")
+        lit = write_litdata(root / "litdata", n)
+        web = write_webdataset(root / "wds", n)
+        print(f"wrote {n:,} records x 4 formats in {time.perf_counter() - t0:.1f} s")
+        results = {}
+        for collate_name in args.collate:
+            collate = COLLATES[collate_name]
+            if collate is None:
+                print(f"collate {collate_name!r} is not available")
+                continue
+            results[collate_name] = measure(args, jsonl, parquet, lit, web, collate)
+    for collate_name, (rates, exact) in results.items():
+        report(args, collate_name, rates, exact)
+
+
+def measure(args, jsonl, parquet, lit, web, collate) -> tuple[dict[str, list[float]], bool]:
+    """Samples/s of every loader in every repeat, and whether ours was exact every time."""
+    n = args.records
+    cases: dict[str, Any] = {
+        "ours (JSONL)": lambda s: ours_epoch(jsonl, s, collate),
+        "ours (Parquet)": lambda s: ours_epoch(parquet, s, collate),
+    }
+    if lit:
+        cases["litdata StreamingDataset"] = lambda s: (litdata_epoch(lit, s, collate), None)
+    if web:
+        cases["webdataset"] = lambda s: (wds_epoch(web, s, collate), None)
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    exact = True
+    for repeat in range(args.repeats):
+        for name, run in cases.items():
+            seconds, (count, seen) = timed(run, repeat)
+            rates[name].append(count / seconds)
+            if seen is not None:
+                exact &= count == n and seen.count(1) == n
+            elif count != n:
+                print(f"  {name}: repeat {repeat}: delivered {count:,} of {n:,} records")
+    return rates, exact
+
+
+def report(args, collate_name: str, rates: dict[str, list[float]], exact: bool) -> None:
+    print(
+        f"\n{args.records:,} records, {SHARDS} shards, {WORKERS} workers, batch {BATCH}, "
+        f"shuffle on, {collate_name} padded collate, workers by "
+        f"{multiprocessing.get_start_method()}; "
+        f"{platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}; medians of {args.repeats}"
+    )
+    lit = "litdata StreamingDataset" in rates
+    base = statistics.median(rates["litdata StreamingDataset"]) if lit else None
+    for name, values in rates.items():
+        rate = statistics.median(values)
+        ratio = f"  {rate / base:.2f}x litdata" if base else ""
+        print(f"  {name:<26} {rate:>10,.0f} samples/s{ratio}")
+    print(f"  ours exactly once in every epoch: {exact}")
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) in bytes summed over ``pid`` and its children."""
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        pids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    pss = rss = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return pss, rss
+
+
+def memory_child(root: str, n: int) -> None:
+    """One epoch over the JSONL shards in ``root``; prints the peak PSS/RSS as JSON."""
+    shards = index_shards(sorted(str(p) for p in Path(root).glob("*.jsonl")), cache_dir=False)
+    peak = [0, 0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            pss, rss = _tree_memory(os.getpid())
+            peak[0], peak[1] = max(peak[0], pss), max(peak[1], rss)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    stream = ShardedStream(shards, batch_size=BATCH, shuffle=True, collate=pad_tokens)
+    seen = bytearray(n)
+    for batch in StreamLoader(stream, num_workers=WORKERS):
+        for i in batch["id"].tolist():
+            seen[i] += 1
+    stop.set()
+    thread.join()
+    print(json.dumps({"pss": peak[0], "rss": peak[1], "exact": seen.count(1) == n}))
+
+
+def memory(args: argparse.Namespace) -> None:
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (100_000, 1_000_000):
+            root = Path(tmp) / str(n)
+            write_jsonl(root, n)
+            size = sum(p.stat().st_size for p in root.iterdir())
+            out = subprocess.run(
+                [sys.executable, __file__, "--memory-child", str(root), str(n)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            results[n] = json.loads(out.strip().splitlines()[-1])
+            r = results[n]
+            print(
+                f"{n:>9,} records ({size / 2**20:,.0f} MiB of JSONL): peak PSS "
+                f"{r['pss'] / 2**20:,.0f} MiB, RSS {r['rss'] / 2**20:,.0f} MiB, "
+                f"exactly once: {r['exact']}"
+            )
+    small, big = results[100_000], results[1_000_000]
+    print(
+        f"1M vs 100k: PSS {big['pss'] / small['pss'] - 1:+.1%}, "
+        f"RSS {big['rss'] / small['rss'] - 1:+.1%} (bound: +20%)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--collate",
+        nargs="+",
+        choices=sorted(COLLATES),
+        default=["lean", "project"],
+        help="lean: pad_tokens below; project: collates.padding.collate_records",
+    )
+    parser.add_argument("--memory", action="store_true", help="peak memory, 100k vs 1M")
+    parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child[0], int(args.memory_child[1]))
+    elif args.memory:
+        memory(args)
+    else:
+        throughput(args)
+
+
+if __name__ == "__main__":
+    main()
