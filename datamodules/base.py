@@ -20,7 +20,8 @@ import math
 import numbers
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -32,6 +33,7 @@ from torch.utils.data import default_collate
 
 from datamodules.hardware import (
     AUTO,
+    TUNE,
     LoaderSettings,
     resolve_loader_settings,
     validate_flag,
@@ -49,6 +51,7 @@ from datamodules.splits import (
     stratified_split_indices,
     validate_split_pair,
 )
+from datamodules.tuner import TuneResult, tune_datamodule
 from datamodules.views import SampleBatchView, SplitView
 
 log = logging.getLogger("datamodules")
@@ -89,7 +92,8 @@ class BaseDataModule(pl.LightningDataModule):
             random split (``val``/``test`` optional).
         stratify: Keep each class's proportion in every split (labels from :meth:`labels`).
         num_workers: An int, or ``"auto"`` (from the CPUs of this process, the local world
-            size and the kind of work; see :mod:`datamodules.hardware`).
+            size and the kind of work; see :mod:`datamodules.hardware`), or ``"tune"``
+            (measured by :meth:`tune_loader` when the first loader is built).
         pin_memory: A bool, or ``"auto"``: True only when the Trainer's accelerator is CUDA.
         persistent_workers: A bool, or ``"auto"``: True whenever ``num_workers > 0``.
         prefetch_factor: Batches each worker loads ahead: an int, or ``"auto"``.
@@ -170,6 +174,8 @@ class BaseDataModule(pl.LightningDataModule):
         self._pending_sampler_state: dict[str, Any] | None = None
         self._pending_fingerprint: str | None = None
         self._logged = False
+        #: The tuner's choice and table, once :meth:`tune_loader` ran (used by every loader).
+        self.tuned: TuneResult | None = None
 
     # ------------------------------------------------------------------ subclass hooks
     def build_dataset(self) -> Any:
@@ -305,15 +311,18 @@ class BaseDataModule(pl.LightningDataModule):
     def loader_settings(self, split: str = "train") -> LoaderSettings:
         """Resolves (and remembers) the loader settings for a split on this hardware."""
         local_world, accelerator = self._hardware()
+        tuned = self.tuned
         settings = resolve_loader_settings(
-            self.num_workers,
+            self.num_workers if tuned is None else tuned.num_workers,
             self.pin_memory,
             self.persistent_workers,
             work=self.work,
             local_world_size=local_world,
             accelerator=accelerator,
-            prefetch_factor=self.prefetch_factor,
+            prefetch_factor=self.prefetch_factor if tuned is None else tuned.prefetch_factor,
         )
+        if tuned is not None:
+            settings = tuned.explain(settings)
         self._settings[split] = settings
         return settings
 
@@ -325,11 +334,13 @@ class BaseDataModule(pl.LightningDataModule):
 
     def make_loader(self, split: str) -> ResumableDataLoader:
         """Builds the loader of a split: its view, its sampler and the resolved settings."""
+        if self.num_workers == TUNE and self.tuned is None:
+            self.tune_loader()
         view = self.view(split)
         rank, world = self._rank_world()
         sampler = self.make_sampler(split, view, rank, world)
         settings = self.loader_settings(split)
-        if self.num_workers == AUTO:
+        if self.num_workers in (AUTO, TUNE):
             # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.
             warnings.filterwarnings("ignore", message=_FEW_WORKERS, category=PossibleUserWarning)
         loader = ResumableDataLoader(view, sampler=sampler, **settings.loader_kwargs())
@@ -344,6 +355,49 @@ class BaseDataModule(pl.LightningDataModule):
             self._logged = True
             self._log_summary()
         return loader
+
+    def tune_loader(
+        self,
+        stage: str = "fit",
+        max_batches: int = 20,
+        *,
+        workers: Iterable[int] | None = None,
+        prefetch_factors: Iterable[int] | None = None,
+        repeats: int = 3,
+        tolerance: float = 0.05,
+        progress: bool | None = None,
+    ) -> TuneResult:
+        """Times the real loader for candidate worker counts and prefetch factors; keeps the pick.
+
+        The choice applies to every loader built afterwards and its table appears in
+        :meth:`summary`. Under DDP, global rank 0 measures and broadcasts the choice. Details
+        (candidates, warm-up, the 5 % rule): :mod:`datamodules.tuner`.
+
+        Args:
+            stage: ``"fit"`` times the train loader (``"validate"``/``"test"``/``"predict"``:
+                the val / test loader).
+            max_batches: Batches timed per candidate and repeat.
+            workers: Worker counts to try (default 0 .. the CPUs of this rank).
+            prefetch_factors: Prefetch factors to try (default (2, 4), or the given int).
+            repeats: Measurements per candidate; the median counts.
+            tolerance: Fewer workers win when within this fraction of the fastest.
+            progress: Show a progress bar (None: only on a terminal).
+
+        Returns:
+            The choice and the measured table.
+        """
+        self.tuned = tune_datamodule(
+            self,
+            stage,
+            max_batches,
+            workers=workers,
+            prefetch_factors=prefetch_factors,
+            repeats=repeats,
+            tolerance=tolerance,
+            progress=progress,
+        )
+        self._settings.clear()
+        return self.tuned
 
     @rank_zero_only
     def _log_summary(self) -> None:
@@ -441,12 +495,39 @@ class BaseDataModule(pl.LightningDataModule):
         settings = self._settings.get("train") or self.loader_settings("train")
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
+        if self.tuned is not None:
+            lines.extend(self.tuned.summary_lines())
         lines.extend(self.extra_summary())
         return "\n".join(lines)
 
     def extra_summary(self) -> list[str]:
         """Subclasses add lines to :meth:`summary` here."""
         return []
+
+    # ------------------------------------------------------------------ inspect hooks
+    def describe_data(self) -> list[str]:
+        """Lines that ``python -m datamodules inspect`` prints after the summary.
+
+        The default gives, per split, the sample count and, when :meth:`labels` returns
+        integer class labels, each class's count (``inspect`` itself then prints the
+        structure of one batch). Override to add what matters for your data (class names,
+        sequence-length statistics), e.g. ``super().describe_data() + [...]``.
+        """
+        from datamodules.inspection import describe_datamodule
+
+        return describe_datamodule(self)
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str]) -> Path:
+        """Writes a PNG picture of one batch to ``path`` and returns the path written.
+
+        The default draws tensor batches: an image grid for ``(N, C, H, W)`` images, else a
+        heat map of the samples' (z-scored) values with their labels and the label counts.
+        Override for other data, e.g. with :func:`datamodules.inspection.plot_lengths` for
+        variable-length sequences.
+        """
+        from datamodules.inspection import plot_tensor_batch
+
+        return plot_tensor_batch(batch, path)
 
     def __repr__(self) -> str:
         return self.summary()

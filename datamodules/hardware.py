@@ -18,6 +18,8 @@ the number of CPUs this process may run on, from ``os.sched_getaffinity``):
       this rank, at most 16, at least 2.
     * An explicit number is kept as given; one above ``cpus_per_rank`` (for memory or
       decode work) is flagged in the reason.
+    * ``"tune"``: resolved like ``"auto"`` here; a DataModule replaces it with the count
+      measured by :mod:`datamodules.tuner` when its first loader is built.
 * ``pin_memory``: True only when the accelerator is CUDA (pinned host memory makes the
   host-to-device copy asynchronous; on CPU or MPS it only costs a copy).
 * ``persistent_workers``: True whenever ``num_workers > 0`` (workers and their dataset copy
@@ -38,6 +40,9 @@ from typing import Any, Literal
 WorkKind = Literal["memory", "decode", "io"]
 WORK_KINDS: tuple[str, ...] = ("memory", "decode", "io")
 AUTO = "auto"
+#: ``num_workers="tune"``: measured by :mod:`datamodules.tuner` when the first loader is built;
+#: resolved like ``"auto"`` until then.
+TUNE = "tune"
 
 NumWorkers = int | str
 Flag = bool | str
@@ -87,7 +92,7 @@ def available_cpus() -> int:
 
 
 def validate_num_workers(value: Any, name: str = "num_workers") -> None:
-    """Raises if ``value`` is neither a non-negative int nor ``"auto"``.
+    """Raises if ``value`` is neither a non-negative int, ``"auto"`` nor ``"tune"``.
 
     Args:
         value: The value given by the user.
@@ -97,16 +102,15 @@ def validate_num_workers(value: Any, name: str = "num_workers") -> None:
         TypeError: For a value of the wrong type.
         ValueError: For a negative int or an unknown string.
     """
+    accepted = "use an int >= 0, 'auto' or 'tune'"
     if isinstance(value, str):
-        if value != AUTO:
-            raise ValueError(f"{name}={value!r} is not accepted: use an int >= 0 or 'auto'.")
+        if value not in (AUTO, TUNE):
+            raise ValueError(f"{name}={value!r} is not accepted: {accepted}.")
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{name}={value!r} ({type(value).__name__}) is not accepted: use an int >= 0 or 'auto'."
-        )
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}) is not accepted: {accepted}.")
     if value < 0:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= 0 or 'auto'.")
+        raise ValueError(f"{name}={value!r} is not accepted: {accepted}.")
 
 
 def validate_flag(value: Any, name: str) -> None:
@@ -173,7 +177,8 @@ def resolve_loader_settings(
     """Resolves loader settings from ``"auto"`` or explicit values (rules: module docstring).
 
     Args:
-        num_workers: An int >= 0 or ``"auto"``.
+        num_workers: An int >= 0, ``"auto"``, or ``"tune"`` (resolved like ``"auto"``: the
+            measured choice is applied by the DataModule, see :mod:`datamodules.tuner`).
         pin_memory: A bool or ``"auto"``.
         persistent_workers: A bool or ``"auto"``.
         work: What a batch costs: ``"memory"``, ``"decode"`` or ``"io"``.
@@ -206,8 +211,11 @@ def resolve_loader_settings(
     cpus_per_rank = max(1, cpus // local_world_size)
     reasons: dict[str, str] = {}
 
-    if num_workers == AUTO:
+    if num_workers in (AUTO, TUNE):
         workers, reasons["num_workers"] = _auto_workers(work, cpus_per_rank)
+        if num_workers == TUNE:
+            auto_reason = reasons["num_workers"]
+            reasons["num_workers"] = f"tune (not measured yet, 'auto' until then): {auto_reason}"
     else:
         workers = int(num_workers)
         reasons["num_workers"] = "set by the user"
