@@ -487,9 +487,12 @@ class BaseDataModule(pl.LightningDataModule):
                 f"  splits: {sizes} (split_seed={self.split_seed}, fingerprint {self.fingerprint})"
             )
             per_rank = math.ceil(n_train / world)
+            sampler = self._samplers.get("train")
+            # The built sampler knows its batch count (token budgets, drop_last...).
+            batches = len(sampler) if sampler is not None else math.ceil(per_rank / self.batch_size)
             lines.append(
                 f"  train: batch_size={self.batch_size} per process, world={world}, "
-                f"{per_rank} samples and {math.ceil(per_rank / self.batch_size)} batches per rank, "
+                f"{per_rank} samples and {batches} batches per rank, "
                 f"shuffle={self.shuffle}, drop_last={self.drop_last}"
             )
         settings = self._settings.get("train") or self.loader_settings("train")
