@@ -20,6 +20,7 @@ import math
 import numbers
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,6 +63,17 @@ if not log.handlers:
 
 STAGE_TO_SPLIT = {"train": "train", "val": "val", "test": "test"}
 _FEW_WORKERS = r"The '(train|val|test|predict)_dataloader' does not have many workers"
+
+
+class WeakCall:
+    """Calls a bound method through a weak reference; returns None once its object is gone."""
+
+    def __init__(self, method: Callable[[], Any]) -> None:
+        self._method = weakref.WeakMethod(method)
+
+    def __call__(self) -> Any:
+        method = self._method()
+        return None if method is None else method()
 
 
 def _check_int(value: Any, name: str, minimum: int) -> None:
@@ -170,7 +182,10 @@ class BaseDataModule(pl.LightningDataModule):
         self._views: dict[str, SplitView] = {}
         self._settings: dict[str, LoaderSettings] = {}
         self._samplers: dict[str, IndexBatchSampler] = {}
-        self._train_loader: ResumableDataLoader | None = None
+        # Weak: a module holding its loader would keep persistent workers alive until the
+        # cycle collector frees the module (save_hyperparameters leaves a frame cycle), and
+        # DataLoader then waits 5 s per worker to stop them.
+        self._train_loader: weakref.ref[ResumableDataLoader] | None = None
         self._pending_sampler_state: dict[str, Any] | None = None
         self._pending_fingerprint: str | None = None
         self._logged = False
@@ -345,8 +360,8 @@ class BaseDataModule(pl.LightningDataModule):
             warnings.filterwarnings("ignore", message=_FEW_WORKERS, category=PossibleUserWarning)
         loader = ResumableDataLoader(view, sampler=sampler, **settings.loader_kwargs())
         if split == "train":
-            loader.consumed_batches = self._consumed_batches
-            self._train_loader = loader
+            loader.consumed_batches = WeakCall(self._consumed_batches)
+            self._train_loader = weakref.ref(loader)
             if self._pending_sampler_state is not None:
                 sampler.load_state_dict(self._pending_sampler_state)
                 self._pending_sampler_state = None
@@ -436,8 +451,11 @@ class BaseDataModule(pl.LightningDataModule):
         state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
         if self.split_indices is not None:
             state["split_sizes"] = {k: len(v) for k, v in self.split_indices.items()}
-        if self._train_loader is not None:
-            state["train_sampler"] = self._train_loader.state_dict()["sampler"]
+        loader = self._train_loader() if self._train_loader is not None else None
+        if loader is not None:
+            state["train_sampler"] = loader.state_dict()["sampler"]
+        elif "train" in self._samplers:  # the loader is gone; the sampler knows its position
+            state["train_sampler"] = self._samplers["train"].state_dict()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -64,11 +64,20 @@ class ResumableDataLoader(DataLoader):
         else:
             batches = super().__iter__()
         last = len(self)
-        for batch in batches:
-            self._yielded += 1
-            if self._yielded == last and self.on_epoch_end is not None:
-                self.on_epoch_end()
-            yield batch
+        try:
+            for batch in batches:
+                self._yielded += 1
+                if self._yielded == last and self.on_epoch_end is not None:
+                    self.on_epoch_end()
+                yield batch
+        except Exception:
+            # Stop the workers now, while they answer: left to the garbage collector (the
+            # traceback keeps the iterator in a cycle), DataLoader waits 5 s per worker.
+            shutdown = getattr(batches, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+                self._iterator = None  # a persistent iterator restarts its workers next time
+            raise
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the sampler's position, counted in batches the training loop consumed."""

@@ -30,13 +30,12 @@ class SplitView:
         self.transform = transform
         n = len(indices)
         # The identity split needs no index composition.
+        # An empty split is not the identity: it selects nothing.
         self._identity = bool(
-            n == 0
-            or (
-                int(indices[0]) == 0
-                and int(indices[-1]) == n - 1
-                and torch.equal(indices, torch.arange(n))
-            )
+            n > 0
+            and int(indices[0]) == 0
+            and int(indices[-1]) == n - 1
+            and torch.equal(indices, torch.arange(n))
         )
 
     def __len__(self) -> int:
