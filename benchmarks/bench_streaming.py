@@ -1,16 +1,20 @@
-"""ShardedStream against litdata and webdataset over the same records, in the same run.
+"""StreamingDataModule against litdata and webdataset over the same records, in the same run.
 
 Data: ``--records`` records ``{"id": int, "tokens": list of round(exp(N(3.2, 0.8))) ints}``
 (lengths clipped to [1, 512]) in 16 shards, written to a temporary directory as JSONL and as
 Parquet for ours, with ``litdata.optimize`` for litdata (tokens as int64 arrays) and as tar
-shards for webdataset. Each loader runs 2 workers, batches of 64, shuffling on, and the same
-padded collate (``collates.padding.collate_records``). One repeat is one full epoch, worker
-start included; the loaders alternate within a repeat and each figure is the median over
-``--repeats``. Ours also checks that every record arrived exactly once.
+shards for webdataset. Ours is ``StreamingDataModule(shards, ...).train_dataloader()`` (the
+loader a Trainer gets), with its default collate. Each loader runs 2 workers, batches of 64,
+shuffling on (ours and webdataset: a 10,000-record buffer), and the same padded collate:
+``collates.padding.collate_records`` (what the DataModule's default collate calls for dict
+records; ``--collate lean`` swaps in ``pad_tokens`` below for every loader). One repeat is
+one full epoch, worker start included; the loaders alternate within a repeat and each figure
+is the median over ``--repeats``. Ours also checks that every record arrived exactly once.
 
-``--memory``: peak memory of one full epoch of ours (JSONL, 2 workers, batch 64, shuffle
-buffer 10,000), for 100k and 1M records, each in a fresh process; summed over the main
-process and its workers, as PSS (shared pages split between processes) and RSS.
+``--memory``: peak memory of one full epoch of ours (the DataModule over JSONL, 2 workers,
+batch 64, shuffle buffer 10,000, default collate), for 100k and 1M records, each in a fresh
+process; summed over the main process and its workers, as PSS (shared pages split between
+processes) and RSS.
 
 Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 3] [--memory]``.
 """
@@ -37,13 +41,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datamodules.shard_readers import index_shards  # noqa: E402
-from datamodules.stream_dataset import ShardedStream, StreamLoader  # noqa: E402
-
-try:
-    from collates.padding import collate_records
-except ImportError:  # pragma: no cover - before collates exists
-    collate_records = None
+from collates.padding import collate_records  # noqa: E402
+from datamodules import StreamingDataModule  # noqa: E402
 
 
 def pad_tokens(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -64,7 +63,7 @@ def pad_tokens(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 COLLATES = {"lean": pad_tokens, "project": collate_records}
-SHARDS, BATCH, WORKERS = 16, 64, 2
+SHARDS, BATCH, WORKERS, BUFFER = 16, 64, 2, 10_000
 
 
 def shard_records(shard: int, n_records: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -162,11 +161,24 @@ def write_webdataset(root: Path, n_records: int) -> list[str] | None:
 # ---------------------------------------------------------------------------- loaders
 
 
-def ours_epoch(shards: list, seed: int, collate: Any) -> tuple[int, bytearray]:
-    stream = ShardedStream(shards, batch_size=BATCH, shuffle=True, seed=seed, collate=collate)
-    seen = bytearray(sum(s.count for s in shards))
+def datamodule(paths: list[str], seed: int, collate: Any, cache: Any) -> StreamingDataModule:
+    """Ours: the DataModule's default collate for ``collate_records``, else ``collate``."""
+    return StreamingDataModule(
+        paths,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        shuffle_buffer=BUFFER,
+        shuffle_seed=seed,
+        collate=None if collate is collate_records else collate,
+        index_cache=cache,
+    )
+
+
+def ours_epoch(paths: list[str], seed: int, collate: Any, cache: Any) -> tuple[int, bytearray]:
+    dm = datamodule(paths, seed, collate, cache)
+    seen = bytearray(dm.split_size("train"))
     n = 0
-    for batch in StreamLoader(stream, num_workers=WORKERS):
+    for batch in dm.train_dataloader():
         ids = batch["id"]
         n += len(ids)
         for i in ids.tolist():
@@ -191,7 +203,7 @@ def wds_epoch(paths: list[str], seed: int, collate: Any) -> int:
 
     dataset = (
         wds.WebDataset(paths, shardshuffle=len(paths), seed=seed, empty_check=False)
-        .shuffle(10_000)
+        .shuffle(BUFFER)
         .decode()
         .map(wds_sample)
         .batched(BATCH, collation_fn=collate, partial=True)
@@ -211,28 +223,30 @@ def throughput(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        jsonl = index_shards(write_jsonl(root / "jsonl", n), cache_dir=root / "cache")
-        parquet = index_shards(write_parquet(root / "parquet", n), cache_dir=root / "cache")
+        cache = root / "cache"
+        jsonl = write_jsonl(root / "jsonl", n)
+        parquet = write_parquet(root / "parquet", n)
         lit = write_litdata(root / "litdata", n)
         web = write_webdataset(root / "wds", n)
         print(f"wrote {n:,} records x 4 formats in {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        for paths in (jsonl, parquet):  # index once (cached), as a first setup() would
+            datamodule(paths, 0, None, cache).setup("fit")
+        print(f"indexed the JSONL and Parquet shards in {time.perf_counter() - t0:.1f} s")
         results = {}
         for collate_name in args.collate:
             collate = COLLATES[collate_name]
-            if collate is None:
-                print(f"collate {collate_name!r} is not available")
-                continue
-            results[collate_name] = measure(args, jsonl, parquet, lit, web, collate)
+            results[collate_name] = measure(args, jsonl, parquet, lit, web, collate, cache)
     for collate_name, (rates, exact) in results.items():
         report(args, collate_name, rates, exact)
 
 
-def measure(args, jsonl, parquet, lit, web, collate) -> tuple[dict[str, list[float]], bool]:
+def measure(args, jsonl, parquet, lit, web, collate, cache) -> tuple[dict[str, list[float]], bool]:
     """Samples/s of every loader in every repeat, and whether ours was exact every time."""
     n = args.records
     cases: dict[str, Any] = {
-        "ours (JSONL)": lambda s: ours_epoch(jsonl, s, collate),
-        "ours (Parquet)": lambda s: ours_epoch(parquet, s, collate),
+        "ours (JSONL)": lambda s: ours_epoch(jsonl, s, collate, cache),
+        "ours (Parquet)": lambda s: ours_epoch(parquet, s, collate, cache),
     }
     if lit:
         cases["litdata StreamingDataset"] = lambda s: (litdata_epoch(lit, s, collate), None)
@@ -264,7 +278,8 @@ def report(args, collate_name: str, rates: dict[str, list[float]], exact: bool) 
     for name, values in rates.items():
         rate = statistics.median(values)
         ratio = f"  {rate / base:.2f}x litdata" if base else ""
-        print(f"  {name:<26} {rate:>10,.0f} samples/s{ratio}")
+        spread = f"  (runs: {', '.join(f'{v:,.0f}' for v in values)})"
+        print(f"  {name:<26} {rate:>10,.0f} samples/s{ratio}{spread}")
     print(f"  ours exactly once in every epoch: {exact}")
 
 
@@ -298,7 +313,8 @@ def _tree_memory(pid: int) -> tuple[int, int]:
 
 def memory_child(root: str, n: int) -> None:
     """One epoch over the JSONL shards in ``root``; prints the peak PSS/RSS as JSON."""
-    shards = index_shards(sorted(str(p) for p in Path(root).glob("*.jsonl")), cache_dir=False)
+    dm = datamodule(sorted(str(p) for p in Path(root).glob("*.jsonl")), 0, collate_records, False)
+    dm.setup("fit")
     peak = [0, 0]
     stop = threading.Event()
 
@@ -310,9 +326,8 @@ def memory_child(root: str, n: int) -> None:
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    stream = ShardedStream(shards, batch_size=BATCH, shuffle=True, collate=pad_tokens)
     seen = bytearray(n)
-    for batch in StreamLoader(stream, num_workers=WORKERS):
+    for batch in dm.train_dataloader():
         for i in batch["id"].tolist():
             seen[i] += 1
     stop.set()
@@ -355,8 +370,9 @@ def main() -> None:
         "--collate",
         nargs="+",
         choices=sorted(COLLATES),
-        default=["lean", "project"],
-        help="lean: pad_tokens below; project: collates.padding.collate_records",
+        default=["project"],
+        help="project: collates.padding.collate_records (ours: the DataModule's default "
+        "collate); lean: pad_tokens below",
     )
     parser.add_argument("--memory", action="store_true", help="peak memory, 100k vs 1M")
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)

@@ -3,6 +3,7 @@
 from datamodules.base import BaseDataModule
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.monitor import DataWaitMonitor
+from datamodules.streaming import StreamingDataModule
 from datamodules.tensor import TensorDataModule
 from datamodules.text import TextDataModule
 
@@ -10,6 +11,7 @@ __all__ = [
     "BaseDataModule",
     "DataWaitMonitor",
     "ImageFolderDataModule",
+    "StreamingDataModule",
     "TensorDataModule",
     "TextDataModule",
 ]

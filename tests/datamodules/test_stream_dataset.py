@@ -293,6 +293,7 @@ def test_state_counts_consumed_batches(shard_sets):
 
 def test_stateful_dataloader_worker_states(shard_sets):
     import torchdata.stateful_dataloader as stateful  # a project dependency
+
     shards = shard_sets[8]
     kwargs = dict(shuffle=True, shuffle_buffer=4, seed=2, batch_size=3)
 
