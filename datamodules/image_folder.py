@@ -396,6 +396,9 @@ class ImageFolderDataModule(BaseDataModule):
     def show_batch(self, path: str | os.PathLike[str], max_images: int = 32) -> Path:
         """Writes a PNG grid of one train batch, after augmentation, with class names.
 
+        The first batch of epoch 0 (only its first ``max_images`` images are decoded), drawn
+        by :meth:`plot_batch`.
+
         Args:
             path: The PNG file to write.
             max_images: At most this many images of the batch.
@@ -403,26 +406,57 @@ class ImageFolderDataModule(BaseDataModule):
         Returns:
             The path written.
         """
-        from PIL import Image, ImageDraw
-        from torchvision.utils import make_grid
-
         self.setup("fit")
         view = self.view("train")
         first_batch = self.make_sampler("train", view, 0, 1).batches(0)[0][:max_images]
-        images, targets = view[first_batch]
-        nrow, pad = 8, 16  # the padding under each image holds its class name
-        grid = make_grid(images.contiguous(), nrow=nrow, padding=pad, pad_value=255)
-        canvas = Image.fromarray(grid.permute(1, 2, 0).contiguous().numpy())
-        draw = ImageDraw.Draw(canvas)
-        height, width = images.shape[2], images.shape[3]
-        for i, target in enumerate(targets.tolist()):
-            x = (i % nrow) * (width + pad) + pad
-            y = (i // nrow) * (height + pad) + pad + height + 2
-            draw.text((x, y), self.classes[target][: max(3, width // 6)], fill=(0, 0, 0))
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        canvas.save(out, format="PNG")
-        return out
+        return self.plot_batch(view[first_batch], path, split="train", max_images=max_images)
+
+    def describe_data(self) -> list[str]:
+        """Per split (``val_root``/``test_root`` ones too): the sample count and each class's
+        count, by class name."""
+        from datamodules.inspection import describe_datamodule
+
+        indices = self._require_setup()
+        labels = {
+            split: torch.from_numpy(self.split_datasets[split].targets)[idx]
+            for split, idx in indices.items()
+        }
+        return describe_datamodule(self, names=self.classes, split_labels=labels)
+
+    def plot_batch(
+        self,
+        batch: Any,
+        path: str | os.PathLike[str],
+        *,
+        split: str = "train",
+        max_images: int = 64,
+    ) -> Path:
+        """Writes a PNG grid of a batch's images with their class names.
+
+        Args:
+            batch: ``(images, targets)``: uint8 from the loader (as transformed for the split)
+                or float from the device.
+            path: The PNG file to write.
+            split: The split the batch came from (named in the title).
+            max_images: At most this many images of the batch.
+
+        Returns:
+            The path written.
+        """
+        from datamodules.pictures import plot_image_grid
+
+        images, targets = batch[0], batch[1]
+        shown = min(len(images), max_images)
+        height, width = images.shape[-2:]
+        augmented = " (augmented)" if split == "train" else ""
+        title = (
+            f"{type(self).__name__}: {shown} {split} images of one batch, "
+            f"{str(images.dtype).replace('torch.', '')} {height}x{width}, "
+            f"after the {split} transforms{augmented}"
+        )
+        return plot_image_grid(
+            images, path, targets, names=self.classes, title=title, max_images=max_images
+        )
 
     def extra_summary(self) -> list[str]:
         if self.index is None:

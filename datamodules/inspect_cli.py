@@ -17,6 +17,7 @@ more than a second shows a progress bar on the terminal (tqdm, as Lightning's de
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import sys
@@ -61,6 +62,23 @@ def progress_step(description: str, delay: float = 1.0) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
+
+
+def split_argument(method: Any, split: str) -> dict[str, str]:
+    """``{"split": split}`` if ``method`` takes a ``split`` argument, else ``{}``.
+
+    ``BaseDataModule.plot_batch(batch, path)`` does not say which split the batch is from;
+    an override that draws split-wide context (text: the split's lengths and batches) takes
+    ``split`` as a keyword.
+    """
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return {}
+    accepted = parameters.get("split")
+    if accepted is None or accepted.kind is inspect.Parameter.POSITIONAL_ONLY:
+        return {}
+    return {"split": split}
 
 
 def build_parser() -> Any:
@@ -157,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"  {line}" for line in describe_batch(batch)))
         out = Path(cfg.out or f"{type(dm).__name__}_{split}_batch.png")
         with progress_step("drawing the batch"):
-            written = dm.plot_batch(batch, out)
+            written = dm.plot_batch(batch, out, **split_argument(dm.plot_batch, split))
         print(f"picture of one {split} batch: {Path(written).resolve()}")
     finally:
         package_log.setLevel(level)

@@ -10,11 +10,15 @@ folder first on ``sys.path``, where that name would shadow Hugging Face's ``data
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from datamodules import TensorDataModule
+from datamodules import ImageFolderDataModule, TensorDataModule
+from datamodules.image_io import ImageFolderIndex
 
 
 class WineDataModule(TensorDataModule):
@@ -53,3 +57,86 @@ class WineDataModule(TensorDataModule):
         wine = load_wine()
         features = torch.tensor(wine.data, dtype=torch.float32)
         return features, torch.tensor(wine.target, dtype=torch.int64)
+
+
+def digits_cache() -> Path:
+    """``$XDG_CACHE_HOME/datamodules/digits`` (``~/.cache/...`` by default), read when called."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "datamodules" / "digits"
+
+
+class DigitsImageFolder(ImageFolderDataModule):
+    """scikit-learn's handwritten digits as an image folder: 1,797 real 8x8 scans in ``0/``..``9/``.
+
+    The same data and settings as ``examples/train_image_folder.py``: the digits are written
+    once as PNG class folders (:func:`examples.train_image_folder.write_digits`) into ``root``,
+    by ``prepare_data`` or, outside a Trainer, by :meth:`find_samples`; images are resized to
+    ``image_size``, training adds a mild affine jitter (digits are small and centred:
+    RandomResizedCrop would cut strokes off), and pixels are normalised with mean and std 0.5.
+
+    A ``root`` of your own that already holds files is read as it is (nothing is written
+    into it), so the same settings also train on your class folders.
+
+    Args:
+        root: Where the digits are written (if missing, or the folder is empty) and read;
+            default :func:`digits_cache`.
+        image_size: Side of the square images.
+        batch_size: Samples per batch.
+        val_split: Validation share.
+        test_split: Test share.
+        mean: Per-channel mean.
+        std: Per-channel standard deviation.
+        train_transforms: Default Resize + RandomAffine(10 degrees, 10% shift).
+        eval_transforms: Default Resize.
+        **kwargs: Other :class:`~datamodules.ImageFolderDataModule` arguments.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        image_size: int = 16,
+        batch_size: int = 64,
+        val_split: float | int = 0.1,
+        test_split: float | int = 0.2,
+        mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        std: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from torchvision.transforms import v2
+
+        size = (image_size, image_size)
+        if train_transforms is None:
+            train_transforms = v2.Compose(
+                [v2.Resize(size), v2.RandomAffine(degrees=10, translate=(0.1, 0.1))]
+            )
+        if eval_transforms is None:
+            eval_transforms = v2.Resize(size)
+        self.default_root = root is None
+        super().__init__(
+            str(digits_cache() if root is None else root),
+            image_size=image_size,
+            batch_size=batch_size,
+            val_split=val_split,
+            test_split=test_split,
+            mean=mean,
+            std=std,
+            train_transforms=train_transforms,
+            eval_transforms=eval_transforms,
+            **kwargs,
+        )
+
+    def prepare_data(self) -> None:
+        """Writes the digits into the cache unless they are there (once per node), or into a
+        ``root`` given that is missing or empty."""
+        from examples.train_image_folder import write_digits
+
+        root = Path(self.root)
+        if self.default_root or not root.exists() or not any(root.iterdir()):
+            write_digits(root)
+
+    def find_samples(self) -> ImageFolderIndex:
+        """Writes the digits first if they are missing (e.g. ``setup`` without a Trainer)."""
+        self.prepare_data()
+        return super().find_samples()

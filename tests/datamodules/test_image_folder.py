@@ -185,10 +185,23 @@ class TestBatches:
     def test_show_batch_writes_a_png_grid(self, folder: Path, tmp_path: Path) -> None:
         dm = ImageFolderDataModule(str(folder), image_size=SIZE, batch_size=10)
         out = dm.show_batch(tmp_path / "grid.png")
+        view = dm.view("train")
+        first = view[dm.make_sampler("train", view, 0, 1).batches(0)[0]]
         with Image.open(out) as picture:
             assert picture.format == "PNG"
-            pad = 16
-            assert picture.size == (8 * (SIZE + pad) + pad, 2 * (SIZE + pad) + pad)
+            # 10 images of 8 px drawn at 64 px: 4 columns x 3 rows of (64 + 4) x (64 + 16 + 4)
+            # pixels (image, caption, gap) under a 24-pixel title (which may widen the canvas).
+            assert picture.height == 24 + 3 * (64 + 16 + 4)
+            assert picture.width >= 4 * (64 + 4) + 4
+            rgb = picture.convert("RGB")
+            for i, sample in enumerate(batch_ids(first)):
+                row, col = divmod(i, 4)
+                centre = (4 + col * 68 + 32, 24 + row * 84 + 32)
+                assert rgb.getpixel(centre) == (sample % 256, sample // 256, 7)
+        # show_batch is plot_batch of the first train batch (the same picture).
+        again = dm.plot_batch(first, tmp_path / "plot.png", max_images=32)
+        with Image.open(out) as shown, Image.open(again) as plotted:
+            assert shown.tobytes() == plotted.convert(shown.mode).tobytes()
 
 
 def write_bad_files(root: Path) -> dict[str, Path]:

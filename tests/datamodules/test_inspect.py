@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +11,22 @@ import pytest
 import torch
 from PIL import Image
 
-from datamodules import TensorDataModule
+from datamodules import ImageFolderDataModule, TensorDataModule, TextDataModule
 from datamodules import __main__ as entry
 from datamodules import tuner as tuner_module
-from datamodules.inspect_cli import expand_config, main
+from datamodules.inspect_cli import expand_config, main, split_argument
 from datamodules.inspection import (
+    batch_tokens,
     describe_batch,
+    describe_datamodule,
     length_stats,
+    padding_comparison,
     padding_efficiency,
     plot_image_grid,
     plot_lengths,
+    plot_padding,
     plot_tensor_batch,
+    random_batches,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,3 +217,201 @@ class TestDescriptionsAndPictures:
             plot_image_grid(torch.zeros(2, 5, 4, 4), tmp_path / "bad.png")
         with pytest.raises(ValueError, match="no tensor to draw"):
             plot_tensor_batch(["a", "b"], tmp_path / "none.png")
+
+
+# ------------------------------------------------------------- image folders and texts
+def write_images(root: Path, counts: dict[str, int], size: int = 8) -> Path:
+    """Class folders of solid-colour PNGs: ``counts[name]`` images in ``root/name``."""
+    for c, (name, count) in enumerate(counts.items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for j in range(count):
+            Image.new("RGB", (size, size), (40 * c, 10 * j, 99)).save(root / name / f"{j}.png")
+    return root
+
+
+def write_jsonl(path: Path, texts: list[str], labels: list[str]) -> Path:
+    with open(path, "w", encoding="utf-8") as handle:
+        for text, label in zip(texts, labels, strict=True):
+            handle.write(json.dumps({"text": text, "label": label}) + "\n")
+    return path
+
+
+def expected_counts(labels: torch.Tensor, names: list[str]) -> str:
+    """``"cat: 3, dog: 4"`` counted here with plain Python, for comparison."""
+    counted: dict[int, int] = {}
+    for value in labels.tolist():
+        counted[value] = counted.get(value, 0) + 1
+    return ", ".join(f"{names[k]}: {counted[k]}" for k in sorted(counted))
+
+
+def token_totals(lengths: list[int], batches: list[list[int]]) -> tuple[int, int]:
+    """(real, padded) tokens of batches padded to their longest, in plain Python."""
+    real = sum(lengths[i] for b in batches for i in b)
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    return real, padded
+
+
+class TestImageFolderInspect:
+    def test_inspect_prints_class_names_and_draws_the_grid(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        root = write_images(tmp_path / "train", {"cat": 4, "dog": 5, "fox": 6})
+        val = write_images(tmp_path / "val", {"cat": 1, "dog": 2})
+        out = tmp_path / "grid.png"
+        args = ["--data", "ImageFolderDataModule", "--data.root", str(root)]
+        args += ["--data.val_root", str(val), "--data.test_split", "3"]
+        args += ["--data.image_size", "8", "--data.batch_size", "6", "--data.num_workers", "0"]
+        assert main([*args, "--out", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        dm = ImageFolderDataModule(str(root), val_root=str(val), test_split=3, image_size=8)
+        dm.setup("fit")
+        targets = torch.tensor([t for _, t in dm.samples])
+        names = ["cat", "dog", "fox"]
+        train, test = dm.split_indices["train"], dm.split_indices["test"]
+        data = lines.index("data:")
+        assert lines[data + 1 : data + 4] == [
+            f"  train: 12 samples; classes {expected_counts(targets[train], names)}",
+            "  val: 3 samples; classes cat: 1, dog: 2",  # its own folder, counted too
+            f"  test: 3 samples; classes {expected_counts(targets[test], names)}",
+        ]
+        batch = lines.index("one train batch:")
+        assert lines[batch + 1].startswith("  0: (6, 3, 8, 8) uint8, values in [")
+        assert lines[batch + 2].startswith("  1: (6,) int64, values in [")
+        assert lines[-1] == f"picture of one train batch: {out.resolve()}"
+        width, height = check_png(out)
+        # 6 images of 8 px drawn at 64 px: 3 columns x 2 rows under a title line.
+        assert height == 24 + 2 * (64 + 16 + 4)
+        assert width >= 3 * (64 + 4) + 4
+
+    def test_captions_are_shortened_to_the_image_width(self, tmp_path: Path) -> None:
+        names = ["a_very_long_class_name_that_would_overrun", "b"]
+        grid = plot_image_grid(torch.zeros(2, 3, 8, 8), tmp_path / "g.png", [0, 1], names)
+        with Image.open(grid) as picture:
+            assert picture.size == (2 * (64 + 4) + 4, 4 + 64 + 16 + 4)
+            rgb = picture.convert("RGB")
+            # The gap between the two captions stays background: the first one was cut short.
+            gap = [rgb.getpixel((x, y)) for x in range(68, 72) for y in range(68, 84)]
+            assert set(gap) == {(255, 255, 255)}
+            caption = [rgb.getpixel((x, y)) for x in range(4, 68) for y in range(68, 84)]
+            assert len(set(caption)) > 2  # the shortened name is drawn
+
+    def test_large_images_are_shrunk(self, tmp_path: Path) -> None:
+        images = torch.randint(0, 256, (4, 3, 300, 200), dtype=torch.uint8)
+        with Image.open(plot_image_grid(images, tmp_path / "big.png", max_tile=150)) as picture:
+            assert picture.size == (2 * (100 + 4) + 4, 4 + 2 * (150 + 4))
+
+
+@pytest.fixture
+def surnames_like(tmp_path: Path) -> Path:
+    """60 texts of 1..19 characters (lengths i % 19 + 1) labelled a/b/c by i % 3."""
+    texts = ["xyz"[i % 3] * (i % 19 + 1) for i in range(60)]
+    labels = ["abc"[i % 3] for i in range(60)]
+    return write_jsonl(tmp_path / "texts.jsonl", texts, labels)
+
+
+class TestTextInspect:
+    def test_inspect_prints_lengths_labels_and_padding(
+        self, surnames_like: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        out = tmp_path / "text.png"
+        args = ["--data", "TextDataModule", "--data.train_file", str(surnames_like)]
+        args += ["--data.batch_size", "8", "--data.val_split", "12", "--data.test_split", "0"]
+        assert main([*args, "--out", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        dm = TextDataModule(train_file=str(surnames_like), batch_size=8, val_split=12)
+        dm.setup("fit")
+        lengths = [i % 19 + 1 for i in range(60)]
+        labels = torch.tensor([i % 3 for i in range(60)])
+        data = lines.index("data:")
+        train, val = dm.split_indices["train"], dm.split_indices["val"]
+        assert lines[data + 1 : data + 4] == [
+            f"  train: 48 samples; classes {expected_counts(labels[train], ['a', 'b', 'c'])}",
+            f"  val: 12 samples; classes {expected_counts(labels[val], ['a', 'b', 'c'])}",
+            "  test: 0 samples",
+        ]
+        assert lines[data + 4] == "lengths (tokens per sample):"
+        assert lines[data + 5] == f"  train: {length_stats([lengths[i] for i in train])}"
+        assert lines[data + 7] == "  test: no sequences"
+        assert lines[data + 8] == (
+            "padding efficiency of epoch 0 (real / padded tokens; batch_by='samples', "
+            "batch_size=8), against random batches of the same sizes:"
+        )
+        view = dm.view("train")
+        ours = [b.tolist() for b in dm.make_sampler("train", view, 0, 1).epoch_batches(0)]
+        split_lengths = [lengths[i] for i in train]
+        real, padded = token_totals(split_lengths, ours)
+        shuffled = [b.tolist() for b in random_batches(48, [len(b) for b in ours])]
+        base_real, base_padded = token_totals(split_lengths, shuffled)
+        assert lines[data + 9] == (
+            f"  train: {real / padded:.1%} in 6 batches (bucket=True); "
+            f"random: {base_real / base_padded:.1%}"
+        )
+        assert real / padded > base_real / base_padded  # what the buckets are for
+        assert lines[data + 10].startswith("  val: ") and "(eval_bucket=False)" in lines[data + 10]
+        assert lines[data + 11] == "  test: no batches"
+        assert lines[-1] == f"picture of one train batch: {out.resolve()}"
+        assert check_png(out) == (900, 700)
+
+    def test_labels_of_a_separate_val_file_are_counted_by_name(
+        self, surnames_like: Path, tmp_path: Path
+    ) -> None:
+        val = write_jsonl(tmp_path / "val.jsonl", ["x", "yy", "zzz", "w"], ["c", "d", "d", "a"])
+        dm = TextDataModule(train_file=str(surnames_like), val_file=str(val), batch_size=8)
+        lines = dm.describe_data()
+        assert dm.label_names == ["a", "b", "c", "d"]
+        assert lines[2] == "  val: 4 samples; classes a: 1, c: 1, d: 2"
+        assert lines[6] == "  val: min 1, median 2, mean 1.8, p95 3, max 3"
+
+    def test_plot_batch_marks_the_batch_of_its_split(
+        self, surnames_like: Path, tmp_path: Path
+    ) -> None:
+        dm = TextDataModule(train_file=str(surnames_like), batch_size=8, val_split=12)
+        assert split_argument(dm.plot_batch, "val") == {"split": "val"}
+        assert split_argument(TensorDataModule(torch.zeros(4, 1)).plot_batch, "val") == {}
+        batch = next(iter(dm.make_loader("val")))
+        check_png(dm.plot_batch(batch, tmp_path / "val.png", split="val"), min_colours=6)
+        with pytest.raises(ValueError, match="the test split is empty"):
+            dm.plot_batch(batch, tmp_path / "test.png", split="test")
+
+
+class TestPaddingHelpers:
+    def test_batch_tokens_and_random_batches(self) -> None:
+        lengths = [2, 4, 3, 3, 5]
+        batches = [torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([4])]
+        real, padded = batch_tokens(lengths, batches)
+        assert (real.tolist(), padded.tolist()) == ([6, 6, 5], [8, 6, 5])
+        real, padded = batch_tokens(lengths, [torch.tensor([0, 1]), torch.tensor([2, 3, 4])], 4)
+        assert (real.tolist(), padded.tolist()) == ([6, 11], [8, 24])
+        drawn = random_batches(5, [2, 3], seed=1)
+        assert [len(b) for b in drawn] == [2, 3]
+        assert sorted(torch.cat(drawn).tolist()) == [0, 1, 2, 3, 4]
+        assert [b.tolist() for b in drawn] == [b.tolist() for b in random_batches(5, [2, 3], 1)]
+        with pytest.raises(ValueError, match="summing to 6 cannot be drawn from 5"):
+            random_batches(5, [3, 3])
+
+    def test_padding_comparison(self) -> None:
+        lengths = [1, 1, 9, 9]
+        sorted_batches = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+        ours, random = padding_comparison(lengths, sorted_batches, seed=0)
+        assert ours == 1.0
+        drawn = [b.tolist() for b in random_batches(4, [2, 2], seed=0)]
+        real, padded = token_totals(lengths, drawn)
+        assert random == pytest.approx(real / padded)
+
+    def test_plot_padding(self, tmp_path: Path) -> None:
+        lengths = torch.randint(1, 300, (500,), generator=torch.Generator().manual_seed(0))
+        batches = list(torch.argsort(lengths).split(16))
+        path = plot_padding(lengths, batches, tmp_path / "p.png", batch_lengths=lengths[:3])
+        assert check_png(path, min_colours=6) == (900, 700)
+        with pytest.raises(ValueError, match="at least one length and one batch"):
+            plot_padding(lengths, [], tmp_path / "q.png")
+
+    def test_describe_datamodule_with_split_labels(self) -> None:
+        dm = TensorDataModule(torch.zeros(10, 1), torch.arange(10) % 2, val_split=4)
+        given = {"train": torch.tensor([0, 0, 1]), "val": None, "test": torch.tensor([])}
+        assert describe_datamodule(dm, names=["no", "yes"], split_labels=given) == [
+            "data:",
+            "  train: 6 samples; classes no: 2, yes: 1",
+            "  val: 4 samples",
+            "  test: 0 samples",
+        ]
