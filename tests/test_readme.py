@@ -71,3 +71,17 @@ def test_quickstart_has_exactly_two_commands(section: str) -> None:
     assert commands[1].endswith("python -m pytest -q")
     ci = (README.parent / ".ci" / "run").read_text()
     assert commands[1] in ci
+
+
+def test_streaming_subclass_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shards").mkdir()
+    for k in range(2):
+        lines = [f"{3 * k + i}\tword{3 * k + i}" for i in range(3)]
+        (tmp_path / "shards" / f"{k}.pairs").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    namespace = run_block("PairsDataModule")
+    dm = namespace["dm"]
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    assert sorted(i for b in batches for i in b["id"].tolist()) == list(range(6))
+    assert all(isinstance(b["word"], list) for b in batches)
