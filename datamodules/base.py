@@ -550,6 +550,12 @@ class BaseDataModule(pl.LightningDataModule):
 
         return plot_tensor_batch(batch, path)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for ddp_spawn or spawned workers: weak references and built loaders stay.
+        state = self.__dict__.copy()
+        state["_train_loader"] = None
+        return state
+
     def __repr__(self) -> str:
         return self.summary()
 

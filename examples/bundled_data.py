@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from datamodules import ImageFolderDataModule, TensorDataModule
+from datamodules import ImageFolderDataModule, StreamingDataModule, TensorDataModule
 from datamodules.image_io import ImageFolderIndex
 
 
@@ -140,3 +140,52 @@ class DigitsImageFolder(ImageFolderDataModule):
         """Writes the digits first if they are missing (e.g. ``setup`` without a Trainer)."""
         self.prepare_data()
         return super().find_samples()
+
+
+class DigitsStream(StreamingDataModule):
+    """scikit-learn's digits as record shards, the data of ``examples/train_streaming.py``.
+
+    With no ``train_files``, the digits are written once
+    (:func:`examples.train_streaming.write_digit_shards`) into ``cache``: 80 % as six Parquet
+    train shards of uneven sizes, 20 % as two gzipped JSONL validation shards, each record
+    ``{"id": int, "pixels": 64 ints, "label": int}``. They are written by ``prepare_data`` or,
+    outside a Trainer, by ``setup``. Shards of your own (same record layout) are read as
+    they are.
+
+    Args:
+        train_files: Train shards (default: the digits' Parquet shards in ``cache``).
+        val_files: Validation shards (default with the digits: their JSONL shards).
+        cache: Where the digits' shards go (default ``$XDG_CACHE_HOME/datamodules/digit_shards``).
+        batch_size: Records per batch.
+        shuffle_buffer: Records each worker shuffles through.
+        **kwargs: Other :class:`~datamodules.StreamingDataModule` arguments.
+    """
+
+    def __init__(
+        self,
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
+        cache: str | None = None,
+        batch_size: int = 64,
+        shuffle_buffer: int = 500,
+        **kwargs: Any,
+    ) -> None:
+        self.shard_root = Path(cache) if cache else digits_cache().parent / "digit_shards"
+        self.writes_digits = train_files is None
+        if self.writes_digits:
+            train_files = str(self.shard_root / "train-*.parquet")
+            val_files = val_files or str(self.shard_root / "val-*.jsonl.gz")
+        super().__init__(
+            train_files, val_files, batch_size=batch_size, shuffle_buffer=shuffle_buffer, **kwargs
+        )
+
+    def prepare_data(self) -> None:
+        """Writes the digits' shards unless they are there (once per node)."""
+        if self.writes_digits:
+            from examples.train_streaming import write_digit_shards
+
+            write_digit_shards(self.shard_root)
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare_data()
+        super().setup(stage)

@@ -24,7 +24,7 @@ from tests.datamodules.contract import quiet_trainer
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
 #: Samples in all splits of a config's data (the surnames depend on Faker's version).
-SAMPLES = {"tensor": 178, "image_folder": 1797}
+SAMPLES = {"tensor": 178, "image_folder": 1797, "streaming": 1797}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -38,7 +38,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_there_is_a_config_per_landed_datamodule() -> None:
     names = {c.name for c in CONFIGS}
-    assert {"tensor.yaml", "image_folder.yaml", "text.yaml"} <= names
+    assert {"tensor.yaml", "image_folder.yaml", "text.yaml", "streaming.yaml"} <= names
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
