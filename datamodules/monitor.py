@@ -135,7 +135,7 @@ def suggest(
     else:
         text = (
             f"num_workers={num_workers} already uses the {cpus_per_rank} CPU(s) of this rank, so "
-            "the loader is CPU-bound: make each batch cheaper (decode smaller images, move "
+            "the loader is CPU-bound: make each batch cheaper (e.g. decode smaller images, move "
             "uint8->float and normalisation to on_after_batch_transfer) or give each rank more CPUs"
         )
         if prefetch_factor is not None and prefetch_factor < 4:
@@ -378,7 +378,7 @@ class DataWaitMonitor(Callback):
             pin_memory=getattr(loader, "pin_memory", None),
             accelerator=trainer.strategy.root_device.type,
             tuned=getattr(dm, "tuned", None),
-            tunable=hasattr(dm, "tune_loader"),
+            tunable=hasattr(dm, "tune_loader") and getattr(dm, "tunable", True),
         )
 
     def report(self) -> str:

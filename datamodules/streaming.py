@@ -539,6 +539,9 @@ class StreamingDataModule(BaseDataModule):
             "test_files= or val_files=."
         )
 
+    #: The worker tuner times index-sampled loaders; a stream cannot be timed that way.
+    tunable = False
+
     def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
         """Not available for streams (the tuner times index-sampled loaders)."""
         raise NotImplementedError(

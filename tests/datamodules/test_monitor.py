@@ -192,3 +192,22 @@ class TestPieces:
     def test_bad_arguments(self, kwargs: dict[str, Any], error: type, match: str) -> None:
         with pytest.raises(error, match=match):
             DataWaitMonitor(**kwargs)
+
+
+def slow_record(record: Any) -> Any:
+    """A stream transform that makes every record slow to produce."""
+    time.sleep(SLEEP / 5)
+    return record
+
+
+def test_advice_for_a_stream_does_not_offer_the_tuner(tmp_path: Path) -> None:
+    from datamodules import StreamingDataModule
+
+    shard = tmp_path / "a.jsonl"
+    shard.write_text("".join(f'{{"id": {i}}}\n' for i in range(60)))
+    dm = StreamingDataModule(str(shard), batch_size=5, num_workers=0, transform=slow_record)
+    monitor = DataWaitMonitor(min_steps=4, log_every_n_steps=4)
+    with pytest.warns(DataWaitWarning) as caught:
+        quiet_trainer(max_epochs=1, callbacks=[monitor]).fit(SleepyModel(), datamodule=dm)
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, DataWaitWarning)]
+    assert "waited" in message and "tune" not in message
