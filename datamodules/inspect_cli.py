@@ -51,6 +51,8 @@ def progress_step(description: str, delay: float = 1.0) -> Iterator[None]:
         with tqdm(
             total=None, desc=description, bar_format="{desc}: {elapsed}", disable=None
         ) as bar:
+            if bar.disable:  # not a terminal: nothing to draw
+                return
             bar.start_t -= delay  # count from the start of the step, not of the bar
             while not done.wait(0.2):
                 bar.refresh()

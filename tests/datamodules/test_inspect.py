@@ -415,3 +415,18 @@ class TestPaddingHelpers:
             "  val: 4 samples",
             "  test: 0 samples",
         ]
+
+
+def test_progress_step_off_a_terminal_draws_nothing_and_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    import time
+
+    from datamodules.inspect_cli import progress_step
+
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    with progress_step("a slow step", delay=0.01):
+        time.sleep(0.1)
+    assert errors == []
