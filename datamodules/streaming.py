@@ -643,6 +643,56 @@ class StreamingDataModule(BaseDataModule):
         lines.extend(self.extra_summary())
         return "\n".join(lines)
 
+    def sequence_lengths(
+        self, split: str = "train", max_batches: int = 50
+    ) -> tuple[str, list[list[int]]] | None:
+        """Lengths of the first variable-length field, batch by batch, for ``inspect``.
+
+        Reads up to ``max_batches`` batches of the split's samples (after ``transform``,
+        before the collate) in one process, and returns the name of the first dict field
+        whose values are sequences of different lengths, with each batch's lengths; None
+        when no field varies in length.
+        """
+        self.setup()
+        if self.dataset_factory is not None or not self.shards.get(split):
+            return None
+        stream = self.make_stream(split, 0, 1)
+        stream.collate = list  # the samples themselves: their lengths before padding
+        batches = []
+        for samples in stream:
+            batches.append(samples)
+            if len(batches) >= max_batches:
+                break
+        first = batches[0][0] if batches and batches[0] else None
+        if not isinstance(first, Mapping):
+            return None
+        for key, value in first.items():
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+                continue
+            lengths = [[len(sample[key]) for sample in batch] for batch in batches]
+            if len({n for batch in lengths for n in batch}) > 1:
+                return str(key), lengths
+        return None
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str], split: str = "train") -> Any:
+        """For records with a variable-length field: a histogram of its lengths over the first
+        batches of ``split`` and the padding efficiency of those batches; otherwise the
+        default picture of one batch."""
+        from datamodules.pictures import plot_lengths
+
+        found = self.sequence_lengths(split)
+        if found is None:
+            return super().plot_batch(batch, path)
+        key, lengths = found
+        real = sum(sum(batch) for batch in lengths)
+        padded = sum(len(batch) * max(batch) for batch in lengths if batch)
+        flat = [n for batch in lengths for n in batch]
+        title = (
+            f"{split}: lengths of '{key}' in the first {len(lengths)} batches "
+            f"({len(flat)} records); padded batches keep {real / padded:.1%} real tokens"
+        )
+        return plot_lengths(flat, path, title=title, efficiency=real / padded)
+
     def describe_data(self) -> list[str]:
         """Per split: shards, records, and what was skipped (for ``python -m datamodules
         inspect``)."""

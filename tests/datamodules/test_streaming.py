@@ -574,3 +574,23 @@ def test_gzip_shards(tmp_path):
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(text.encode()))
     dm = StreamingDataModule(str(tmp_path / "a.jsonl.gz"), batch_size=5, index_cache=False)
     assert sorted(loader_ids(dm.train_dataloader())) == list(range(13))
+
+
+def test_inspect_draws_the_lengths_of_a_variable_length_field(tmp_path: Path) -> None:
+    from PIL import Image
+
+    shard = tmp_path / "tokens.jsonl"
+    lengths = [1 + (7 * i) % 13 for i in range(40)]
+    shard.write_text("".join(json.dumps({"id": i, "tokens": [1] * n}) + "\n"
+                             for i, n in enumerate(lengths)))  # fmt: skip
+    dm = StreamingDataModule(str(shard), batch_size=8, num_workers=0, shuffle=False)
+    key, per_batch = dm.sequence_lengths("train")
+    assert key == "tokens"
+    assert per_batch == [lengths[i : i + 8] for i in range(0, 40, 8)]
+    batch = next(iter(dm.train_dataloader()))
+    out = dm.plot_batch(batch, tmp_path / "lengths.png", split="train")
+    with Image.open(out) as picture:
+        assert picture.format == "PNG" and picture.size[0] > 300
+    fixed = tmp_path / "fixed.jsonl"
+    fixed.write_text("".join(json.dumps({"id": i, "x": [0, 1]}) + "\n" for i in range(8)))
+    assert StreamingDataModule(str(fixed), batch_size=4, num_workers=0).sequence_lengths() is None
