@@ -498,22 +498,7 @@ class PadCollate:
         return (*out, *extras)
 
     def _collate_dicts(self, batch: Sequence[Any], with_masks: bool) -> dict[Hashable, Any]:
-        keys = list(batch[0])
-        key_set = set(keys)
-        for i, sample in enumerate(batch):
-            if type(sample) is not dict and not isinstance(sample, Mapping):
-                raise TypeError(
-                    f"sample {i} is {_describe(sample)} but sample 0 is a dict; every sample "
-                    "must have the same structure"
-                )
-            if sample.keys() != key_set:
-                missing = [k for k in keys if k not in sample]
-                extra = [k for k in sample if k not in key_set]
-                raise ValueError(
-                    f"sample {i} has keys {list(sample)!r} but sample 0 has {keys!r} "
-                    f"(missing: {missing!r}, extra: {extra!r}); every sample must have the "
-                    "same keys"
-                )
+        keys = _record_keys(batch)
         columns = {key: [sample[key] for sample in batch] for key in keys}
         names = {key: f"field {key!r}" for key in keys}
         kinds, padded = self._plan(columns, names)
