@@ -20,9 +20,44 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["stack_uint8_images"]
+__all__ = ["check_uint8_image", "stack_uint8_images"]
 
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.preserve_format)
+
+
+def check_uint8_image(image: object, index: int, shape: tuple[int, ...] | None) -> None:
+    """Checks that batch element ``index`` is a ``uint8`` ``(C, H, W)`` tensor of ``shape``.
+
+    Args:
+        image: The element.
+        index: Its position in the batch (named in the error).
+        shape: The shape every image of the batch must have (None: any 3-D shape).
+
+    Raises:
+        TypeError: ``image`` is not a ``uint8`` tensor.
+        ValueError: It is not 3-D, or its shape differs from ``shape``.
+    """
+    if not isinstance(image, torch.Tensor):
+        raise TypeError(
+            f"stack_uint8_images() expects torch.uint8 tensors (C, H, W); image {index} is a "
+            f"{type(image).__name__}"
+        )
+    if image.dtype != torch.uint8:
+        raise TypeError(
+            f"stack_uint8_images() expects torch.uint8 tensors (C, H, W); image {index} has "
+            f"dtype {image.dtype}"
+        )
+    if image.ndim != 3:
+        raise ValueError(
+            f"stack_uint8_images() expects tensors of shape (C, H, W); image {index} has shape "
+            f"{tuple(image.shape)}"
+        )
+    if shape is not None and tuple(image.shape) != shape:
+        raise ValueError(
+            f"cannot stack images of different shapes: image {index} has shape "
+            f"{tuple(image.shape)} but image 0 has {shape}; resize or crop "
+            f"every image to one size (e.g. Resize + CenterCrop) before batching"
+        )
 
 
 def stack_uint8_images(
@@ -67,27 +102,7 @@ def stack_uint8_images(
         raise ValueError("stack_uint8_images() needs at least one image, got an empty sequence")
     first = images[0]
     for i, image in enumerate(images):
-        if not isinstance(image, torch.Tensor):
-            raise TypeError(
-                f"stack_uint8_images() expects torch.uint8 tensors (C, H, W); image {i} is a "
-                f"{type(image).__name__}"
-            )
-        if image.dtype != torch.uint8:
-            raise TypeError(
-                f"stack_uint8_images() expects torch.uint8 tensors (C, H, W); image {i} has "
-                f"dtype {image.dtype}"
-            )
-        if image.ndim != 3:
-            raise ValueError(
-                f"stack_uint8_images() expects tensors of shape (C, H, W); image {i} has shape "
-                f"{tuple(image.shape)}"
-            )
-        if image.shape != first.shape:
-            raise ValueError(
-                f"cannot stack images of different shapes: image {i} has shape "
-                f"{tuple(image.shape)} but image 0 has {tuple(first.shape)}; resize or crop "
-                f"every image to one size (e.g. Resize + CenterCrop) before batching"
-            )
+        check_uint8_image(image, i, tuple(first.shape) if isinstance(first, torch.Tensor) else None)
 
     if memory_format is torch.preserve_format:
         channels_last = first.stride(0) == 1 and first.shape[0] > 1

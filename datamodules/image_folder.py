@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from collates.images import stack_uint8_images
+from collates.images import check_uint8_image
 from datamodules.base import BaseDataModule
 from datamodules.image_io import (
     IMG_EXTENSIONS,
@@ -37,6 +37,7 @@ from datamodules.image_io import (
 )
 from datamodules.image_transforms import RandomResizedCropFlip, ResizeCenterCrop
 from datamodules.samplers import IndexBatchSampler
+from datamodules.shared_batches import empty_batch
 from datamodules.views import SplitView
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -114,46 +115,102 @@ class ImageBatchView(SplitView):
         self.on_error = on_error
         self.skip_log = skip_log
 
-    def load(self, row: int) -> torch.Tensor | None:
-        """Decodes and transforms one sample; None if it was skipped."""
+    def decode(self, row: int) -> torch.Tensor | None:
+        """Decodes one sample (interleaved layout); None if it was skipped."""
         path = self.index.path(row)
         try:
-            image = decode_image(path, channels_last=True)
+            return decode_image(path, channels_last=True)
         except ImageDecodeError as error:
             if self.on_error == "raise":
                 raise
             if self.skip_log is not None:
                 self.skip_log.record(path, error.reason or str(error))
             return None
-        return self.transform(image) if self.transform is not None else image
+
+    def load(self, row: int) -> torch.Tensor | None:
+        """Decodes and transforms one sample; None if it was skipped."""
+        image = self.decode(row)
+        if image is None or self.transform is None:
+            return image
+        return self.transform(image)
 
     def __getitem__(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self.rows(batch).tolist()
-        images, kept = [], []
+        writer = _BatchWriter(len(rows), self.transform)
+        kept = []
         for row in rows:
-            image = self.load(row)
+            image = self.decode(row)
             if image is not None:
-                images.append(image)
+                writer.add(image)
                 kept.append(row)
-        if not images:
+        if not kept:
             # Every file of this batch failed: an empty batch would break the step and a
             # missing one would desynchronise DDP ranks, so take the split's next readable
             # sample instead (the one duplicate is recorded in the skip log).
-            images, kept = self._substitute(rows[-1])
+            image, row = self._substitute(rows[-1])
+            writer.add(image)
+            kept.append(row)
         targets = torch.from_numpy(self.index.targets[np.asarray(kept, dtype=np.int64)])
-        return stack_uint8_images(images, memory_format=torch.channels_last), targets
+        return writer.batch(), targets
 
-    def _substitute(self, after: int) -> tuple[list[torch.Tensor], list[int]]:
+    def _substitute(self, after: int) -> tuple[torch.Tensor, int]:
         split_rows = self.indices.tolist()
         start = split_rows.index(after) if after in split_rows else 0
         for offset in range(1, len(split_rows) + 1):
             row = split_rows[(start + offset) % len(split_rows)]
-            image = self.load(row)
+            image = self.decode(row)
             if image is not None:
                 if self.skip_log is not None:
                     self.skip_log.record(self.index.path(row), "repeated to fill an all-bad batch")
-                return [image], [row]
+                return image, row
         raise ImageDecodeError("on_error='skip' found no readable image in this split at all")
+
+
+class _BatchWriter:
+    """Transforms images one by one into a ``(B, 3, H, W)`` channels-last uint8 batch.
+
+    The batch is allocated once its first image gives the size, with
+    :func:`~datamodules.shared_batches.empty_batch` (in a DataLoader worker, a reused
+    shared-memory buffer the main process already has mapped). Transforms with an ``into``
+    method (the default train transform) resize straight into their place in it; others'
+    results are copied in, with the checks of :func:`~collates.images.stack_uint8_images`.
+
+    Args:
+        capacity: The most images the batch will hold.
+        transform: The split's transform, or None.
+    """
+
+    def __init__(self, capacity: int, transform: Callable[[torch.Tensor], torch.Tensor] | None):
+        self.capacity = capacity
+        self.transform = transform
+        self.into = getattr(transform, "into", None)
+        self.out: torch.Tensor | None = None  # (B, C, H, W), channels-last strides
+        self.count = 0
+
+    def add(self, image: torch.Tensor) -> None:
+        """Transforms ``image`` and writes it after the images already added."""
+        if self.out is not None and self.into is not None:
+            self.into(image, self.out[self.count])
+            self.count += 1
+            return
+        if self.transform is not None:
+            image = self.transform(image)
+        check_uint8_image(image, self.count, None if self.out is None else self.out.shape[1:])
+        if self.out is None:
+            c, h, w = image.shape
+            self.out = empty_batch((self.capacity, c, h, w), torch.uint8, channels_last=True)
+        target = self.out[self.count].permute(1, 2, 0)  # (H, W, C), contiguous
+        source = image.permute(1, 2, 0)
+        if source.is_contiguous():
+            target.copy_(source)
+        else:  # numpy's strided copy is about 2x faster for CHW -> HWC
+            target.numpy()[...] = source.numpy()
+        self.count += 1
+
+    def batch(self) -> torch.Tensor:
+        """The images added so far, as one ``(n, C, H, W)`` batch."""
+        assert self.out is not None
+        return self.out[: self.count]
 
 
 class BalancedBatchSampler(IndexBatchSampler):

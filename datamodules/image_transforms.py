@@ -8,9 +8,12 @@ They draw the same random parameters as ``torchvision.transforms.v2.RandomResize
   view takes the generic path, about 1.6x slower here);
 * the flip is applied to the crop while it is copied (resizing commutes exactly with a
   horizontal flip: the sampling grid is symmetric), so it costs nothing;
-* they call ``interpolate`` directly and draw numbers with Python's ``random`` (seeded per
-  DataLoader worker by PyTorch), without the per-call input flattening and type dispatch of
-  ``v2.Compose`` or one-element torch RNG calls, which together cost as much as the resize.
+* they call the antialiased bilinear kernel behind ``interpolate`` directly and draw
+  numbers with Python's ``random`` (seeded per DataLoader worker by PyTorch), without the
+  per-call input flattening and type dispatch of ``v2.Compose``, ``interpolate``'s argument
+  checks or one-element torch RNG calls, which together cost as much as the resize;
+* :meth:`RandomResizedCropFlip.into` writes the resized crop straight into its place in the
+  batch (the kernel's ``out=`` form): no per-image allocation and no stacking copy.
 
 They take and return ``uint8`` tensors ``(3, H, W)``, so any ``torchvision.transforms.v2``
 transform can replace them (``train_transforms=`` / ``eval_transforms=``).
@@ -22,18 +25,34 @@ import math
 import random
 
 import torch
-from torch.nn import functional as NF
+
+# What F.interpolate(mode="bilinear", antialias=True, align_corners=False) runs.
+_resize_aa = torch.ops.aten._upsample_bilinear2d_aa
 
 
-def resize_hwc(hwc: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+def _as_nchw(hwc: torch.Tensor) -> torch.Tensor:
+    h, w, c = hwc.shape
+    return hwc.as_strided((1, c, h, w), (c * h * w, 1, w * c, c))  # unambiguous NHWC
+
+
+def resize_hwc(
+    hwc: torch.Tensor, size: tuple[int, int], out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Antialiased bilinear resize of a dense ``(H, W, C)`` uint8 tensor to ``size`` (h, w).
 
-    Returns a ``(C, h, w)`` tensor with channels-last strides (no copy back to planar).
+    Args:
+        hwc: The image, interleaved and contiguous.
+        size: Output (height, width).
+        out: Optional ``(C, h, w)`` destination with channels-last strides (e.g. one image
+            of a ``torch.channels_last`` batch); written in place.
+
+    Returns:
+        A ``(C, h, w)`` tensor with channels-last strides (``out`` if given).
     """
-    h, w, c = hwc.shape
-    batch = hwc.as_strided((1, c, h, w), (c * h * w, 1, w * c, c))  # unambiguous NHWC
-    out = NF.interpolate(batch, size=size, mode="bilinear", align_corners=False, antialias=True)
-    return out[0]
+    if out is not None:
+        _resize_aa.out(_as_nchw(hwc), list(size), False, None, None, out=out.unsqueeze(0))
+        return out
+    return _resize_aa.default(_as_nchw(hwc), list(size), False, None, None)[0]
 
 
 class RandomResizedCropFlip:
@@ -80,10 +99,25 @@ class RandomResizedCropFlip:
         return (height - h) // 2, (width - w) // 2, h, w
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        top, left, h, w = self.crop_box(image.shape[-2], image.shape[-1])
-        crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
+        return self.into(image, None)
+
+    def into(self, image: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        """As calling the transform, but writes the result into ``out`` if given.
+
+        Args:
+            image: A ``uint8`` image ``(3, H, W)``, any layout.
+            out: ``None``, or a ``(3, size, size)`` uint8 view with channels-last strides,
+                such as ``batch[i]`` of a ``torch.channels_last`` batch.
+        """
+        channels, height, width = image.shape
+        top, left, h, w = self.crop_box(height, width)
+        if image.stride() == (1, channels * width, channels):  # interleaved: one view op
+            offset = image.storage_offset() + (top * width + left) * channels
+            crop = image.as_strided((h, w, channels), (channels * width, channels, 1), offset)
+        else:
+            crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
         crop = crop.flip(1) if random.random() < self.flip_p else crop.contiguous()
-        return resize_hwc(crop, (self.size, self.size))
+        return resize_hwc(crop, (self.size, self.size), out)
 
     def __repr__(self) -> str:
         return (
