@@ -10,9 +10,12 @@ median images/s over the repeats, all measured in one run:
   RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor()])), batch_size=64, shuffle=True)``;
 * ours: ``ImageFolderDataModule(root, image_size=224, batch_size=64).train_dataloader()``
   (same train pipeline: RandomResizedCrop(224) + flip, uint8 out of the loader);
-* decode only: the same files decoded by :func:`datamodules.image_io.decode_image` in the same
-  number of processes (a DataLoader whose workers decode and return nothing): the decoder's
-  limit, which ours must reach to at least 0.75x.
+* with workers, ours again with ``reuse_batch_memory=False`` (a fresh shared-memory segment
+  per batch, as PyTorch's default path): what the reused batch buffers are worth;
+* decode only: the same files decoded in the same number of processes (a DataLoader whose
+  workers decode and return nothing) exactly as our loader decodes them:
+  :func:`datamodules.image_io.decode_image` with ``channels_last=True``, i.e. TorchCodec's
+  decoder on the file's bytes with no layout copy: the decoder's limit.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from make_image_folder import write_image_folder  # noqa: E402
 
 from datamodules import ImageFolderDataModule  # noqa: E402
 from datamodules.image_io import decode_image, scan_image_folder  # noqa: E402
+from datamodules.loaders import ResumableDataLoader  # noqa: E402
 
 
 class DecodeOnly(Dataset):
@@ -46,7 +50,7 @@ class DecodeOnly(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> int:
-        return decode_image(self.paths[i]).shape[1]
+        return decode_image(self.paths[i], channels_last=True).shape[1]
 
 
 def count_heights(batch: list[int]) -> int:
@@ -106,6 +110,14 @@ def main() -> None:
         )
         loaders = {"torchvision ImageFolder+PIL": baseline, "ImageFolderDataModule": ours,
                    "decode only": decode}  # fmt: skip
+        if workers:
+            loaders["ours, fresh shm per batch"] = ResumableDataLoader(
+                ours.dataset,
+                sampler=ours.sampler,
+                reuse_batch_memory=False,
+                num_workers=workers,
+                persistent_workers=True,
+            )
         for loader in loaders.values():  # warm-up: start persistent workers, fill caches
             images_per_second(loader, n)
         rates: dict[str, list[float]] = {name: [] for name in loaders}
@@ -114,6 +126,8 @@ def main() -> None:
             for name, loader in loaders.items():
                 rates[name].append(images_per_second(loader, n))
         median = {name: statistics.median(r) for name, r in rates.items()}
+        if ours.batch_pool is not None:
+            print(f"  reused batch buffers: {ours.batch_pool.stats()}")
         for name, rate in median.items():
             print(
                 f"{workers:7d} {name:28s} {rate:9.0f} "

@@ -3,11 +3,12 @@
 Pipeline per batch: the sampler picks the batch's indices; a worker decodes each file with
 :func:`~datamodules.image_io.decode_image` (TorchCodec for JPEG/PNG/WebP/GIF, Pillow for the
 rest) into a uint8 tensor, applies the split's ``torchvision.transforms.v2`` transforms on
-that uint8 tensor, and stacks the batch as uint8 ``(B, 3, H, W)`` (channels-last in memory,
-which uint8 resizing and cuDNN both prefer). Conversion to float and normalisation happen in
-:meth:`ImageFolderDataModule.on_after_batch_transfer`, on the Trainer's device, where it is
-cheapest, and the worker queue, pinned memory and host-to-device copy carry a quarter of the
-bytes of float32.
+that uint8 tensor, and writes each result into the batch, uint8 ``(B, 3, H, W)``
+(channels-last in memory, which uint8 resizing and cuDNN both prefer), allocated in a
+shared-memory buffer the worker reuses (:mod:`datamodules.shared_batches`). Conversion
+to float and normalisation happen in :meth:`ImageFolderDataModule.on_after_batch_transfer`,
+on the Trainer's device, where it is cheapest, and the worker queue, pinned memory and
+host-to-device copy carry a quarter of the bytes of float32.
 
 Extension point: override :meth:`ImageFolderDataModule.find_samples` to list samples some
 other way (e.g. a CSV of ``path,label``); it returns an
