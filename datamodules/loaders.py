@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from datamodules.samplers import IndexBatchSampler
-from datamodules.shared_batches import ExportingCollate, PoolWorkerInit, SharedBatchPool
+from datamodules.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 
 
 def passthrough(batch: Any) -> Any:
@@ -50,27 +50,13 @@ class ResumableDataLoader(DataLoader):
         reuse_batch_memory: bool = True,
         **kwargs: Any,
     ) -> None:
-        collate = kwargs.get("collate_fn") or passthrough
-        if isinstance(collate, ExportingCollate):  # re-instantiated (e.g. by Lightning)
-            collate = collate.collate
-        kwargs["collate_fn"] = collate
+        kwargs["collate_fn"] = kwargs.get("collate_fn") or passthrough
         kwargs["batch_size"] = None
         kwargs.pop("shuffle", None)
         kwargs.pop("drop_last", None)
         kwargs.pop("batch_sampler", None)
         #: The workers' reused batch buffers (None without workers or if disabled).
-        self.batch_pool: SharedBatchPool | None = None
-        workers = kwargs.get("num_workers", 0)
-        if reuse_batch_memory and workers > 0:
-            init = kwargs.get("worker_init_fn")
-            if isinstance(init, PoolWorkerInit):
-                init = init.user_init
-            prefetch = kwargs.get("prefetch_factor") or 2
-            # In flight per worker: `prefetch` batches, plus about two the main process
-            # still holds (the one in the training step and the one fetched ahead).
-            self.batch_pool = SharedBatchPool(workers, slots_per_worker=prefetch + 3)
-            kwargs["collate_fn"] = ExportingCollate(collate)
-            kwargs["worker_init_fn"] = PoolWorkerInit(self.batch_pool, init)
+        self.batch_pool: SharedBatchPool | None = attach_pool(kwargs, reuse_batch_memory)
         self.reuse_batch_memory = reuse_batch_memory
         super().__init__(dataset, sampler=sampler, **kwargs)
         self.consumed_batches: Callable[[], int | None] | None = None
@@ -92,10 +78,8 @@ class ResumableDataLoader(DataLoader):
         else:
             batches = super().__iter__()
         last = len(self)
-        pool = self.batch_pool
-        iteration = pool.start_iteration() if pool is not None else 0
         try:
-            for batch in batches:
+            for batch in iterate_with_pool(batches, self.batch_pool, self.persistent_workers):
                 self._yielded += 1
                 if self._yielded == last and self.on_epoch_end is not None:
                     self.on_epoch_end()
@@ -108,9 +92,6 @@ class ResumableDataLoader(DataLoader):
                 shutdown()
                 self._iterator = None  # a persistent iterator restarts its workers next time
             raise
-        finally:
-            if pool is not None and not self.persistent_workers:
-                pool.forget(iteration)  # this iteration's workers stop with it
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the sampler's position, counted in batches the training loop consumed."""

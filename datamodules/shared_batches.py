@@ -38,14 +38,21 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["ExportingCollate", "PoolWorkerInit", "SharedBatchPool", "empty_batch"]
+__all__ = [
+    "ExportingCollate",
+    "PoolWorkerInit",
+    "SharedBatchPool",
+    "attach_pool",
+    "empty_batch",
+    "iterate_with_pool",
+]
 
 #: Tensors smaller than this (bytes) are pickled by value instead of through a slot.
 INLINE_BELOW = 128 * 1024
@@ -210,7 +217,9 @@ def _rebuild_pooled(
     return _tensor_on(storage, dtype, size, stride, offset)
 
 
-def _rebuild_inline(data: bytes, dtype: torch.dtype, size, stride) -> torch.Tensor:
+def _rebuild_inline(data: Any, dtype: torch.dtype | None = None, size=None, stride=None):
+    if dtype is None:  # a contiguous tensor's NumPy array (writable: unpickled)
+        return torch.from_numpy(data)
     if not data:
         return torch.empty_strided(size, stride, dtype=dtype)
     flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
@@ -230,11 +239,14 @@ class _PooledTensor:
 
 
 class _InlineTensor:
-    """A small tensor sent by value."""
+    """A small tensor sent by value (as a NumPy array when it is contiguous: the cheapest)."""
 
     __slots__ = ("args",)
 
     def __init__(self, tensor: torch.Tensor) -> None:
+        if tensor.dtype in _NUMPY_DTYPES and tensor.is_contiguous():
+            self.args = (tensor.numpy(),)
+            return
         dense = tensor
         if not (
             tensor.storage_offset() == 0
@@ -249,6 +261,23 @@ class _InlineTensor:
 
     def __reduce__(self):
         return _rebuild_inline, self.args
+
+
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 
 
 class _Slot:
@@ -474,3 +503,47 @@ class ExportingCollate:
         if _worker_slots is None:
             return out
         return _worker_slots.export(out)
+
+
+def attach_pool(kwargs: dict[str, Any], reuse: bool = True) -> SharedBatchPool | None:
+    """Sets up DataLoader keyword arguments for a pool; returns it (None without workers).
+
+    Wraps ``collate_fn`` in :class:`ExportingCollate` and ``worker_init_fn`` in
+    :class:`PoolWorkerInit` (unwrapping earlier wrappers: Lightning re-instantiates loaders
+    from their attributes). ``collate_fn`` must be set.
+
+    Args:
+        kwargs: The keyword arguments, changed in place.
+        reuse: False: only unwrap, attach nothing.
+    """
+    collate = kwargs["collate_fn"]
+    if isinstance(collate, ExportingCollate):
+        kwargs["collate_fn"] = collate = collate.collate
+    init = kwargs.get("worker_init_fn")
+    if isinstance(init, PoolWorkerInit):
+        kwargs["worker_init_fn"] = init = init.user_init
+    workers = kwargs.get("num_workers", 0)
+    if not reuse or workers <= 0:
+        return None
+    prefetch = kwargs.get("prefetch_factor") or 2
+    # In flight per worker: `prefetch` batches, plus about two the main process still
+    # holds (the one in the training step and the one fetched ahead).
+    pool = SharedBatchPool(workers, slots_per_worker=prefetch + 3)
+    kwargs["collate_fn"] = ExportingCollate(collate)
+    kwargs["worker_init_fn"] = PoolWorkerInit(pool, init)
+    return pool
+
+
+def iterate_with_pool(
+    batches: Iterator[Any], pool: SharedBatchPool | None, persistent_workers: bool
+) -> Iterator[Any]:
+    """Yields ``batches``; afterwards drops the pool's mappings of workers that stopped."""
+    if pool is None:
+        yield from batches
+        return
+    iteration = pool.start_iteration()
+    try:
+        yield from batches
+    finally:
+        if not persistent_workers:
+            pool.forget(iteration)  # this iteration's workers stop with it

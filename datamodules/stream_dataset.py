@@ -51,6 +51,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datamodules.shard_readers import ShardIndex, read_records
+from datamodules.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 
 __all__ = ["ShardReader", "ShardedStream", "SliceReader", "StreamLoader", "passthrough"]
 
@@ -154,69 +155,6 @@ def _replay(n: int, t: int, size: int, rng: random.Random) -> tuple[list[int], i
     return buf[t - emitted :], n, True
 
 
-_PACK_LIMIT = 512 << 10  # bytes of tensors per batch sent through the pipe, not shm
-
-
-class _Packed:
-    """A small CPU tensor travelling from a worker as a NumPy array.
-
-    The DataLoader moves tensors between processes through one shared-memory segment per
-    tensor, which costs far more than copying a few kilobytes: for batches of small tensors
-    it, not the reading, limits throughput. A NumPy array is pickled through the pipe
-    instead; :class:`StreamLoader` turns it back into a tensor without a copy.
-    """
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: Any) -> None:
-        self.array = array
-
-
-def _pack(batch: Any, budget: list[int]) -> Any:
-    if isinstance(batch, torch.Tensor):
-        if (
-            batch.device.type == "cpu"
-            and batch.layout == torch.strided
-            and not batch.requires_grad
-            and batch.dtype in _NUMPY_DTYPES
-            and batch.nbytes <= budget[0]
-        ):
-            budget[0] -= batch.nbytes
-            return _Packed(batch.numpy())
-        return batch
-    if type(batch) is dict:
-        return {k: _pack(v, budget) for k, v in batch.items()}
-    if type(batch) in (list, tuple):
-        return type(batch)(_pack(v, budget) for v in batch)
-    return batch
-
-
-def _unpack(batch: Any, pin: bool) -> Any:
-    if isinstance(batch, _Packed):
-        tensor = torch.from_numpy(batch.array)
-        return tensor.pin_memory() if pin else tensor
-    if type(batch) is dict:
-        return {k: _unpack(v, pin) for k, v in batch.items()}
-    if type(batch) in (list, tuple):
-        return type(batch)(_unpack(v, pin) for v in batch)
-    return batch
-
-
-_NUMPY_DTYPES = {
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-}
-
-
 class ShardedStream(IterableDataset):
     """Streams collated batches from shards; exactly once per epoch over ranks x workers.
 
@@ -315,7 +253,6 @@ class ShardedStream(IterableDataset):
         self._workers: int | None = None
         self._pending: tuple[int, int, int] | None = None
         self._worker_resume: tuple[int, int] | None = None
-        self._pack_batches = False  # set by StreamLoader, which unpacks
 
     # ------------------------------------------------------------------ layout
     def _layout(self) -> None:
@@ -441,7 +378,6 @@ class ShardedStream(IterableDataset):
         order, cum = self._order(epoch)
         records = self._records(order, cum, base, n, t, epoch, worker)
         transform, collate, b = self.transform, self.collate, self.batch_size
-        pack = self._pack_batches and get_worker_info() is not None
         for j in range(first + done, first + mine):
             size = b if j < full else tail[j - full]
             chunk = list(islice(records, size))
@@ -451,7 +387,7 @@ class ShardedStream(IterableDataset):
                 chunk = [transform(rec) for rec in chunk]
             self._yielded += 1
             batch = collate(chunk)
-            yield _pack(batch, [_PACK_LIMIT]) if pack else batch
+            yield batch
 
     def _records(self, order, cum, base: int, n: int, t: int, epoch: int, worker: int):
         """This worker's records after shuffling, from the ``t``-th on."""
@@ -604,15 +540,15 @@ class StreamLoader(DataLoader):
     :meth:`load_state_dict` the next iteration resumes the saved epoch instead. Lightning
     saves :meth:`state_dict` in checkpoints and restores it before the resumed epoch.
 
-    With worker processes, small batches (up to 512 KiB of tensors) travel from the workers
-    as NumPy arrays through the result pipe and become tensors again here, without a copy:
-    the DataLoader's one-shared-memory-segment-per-tensor transfer is what limits a stream of
-    small batches otherwise (measured: about 5x fewer batches/s for 64 x 128 int64 batches).
-    Larger tensors still go through shared memory. Batches are dicts, lists and tuples of
-    tensors here as they would be with a plain DataLoader; other containers travel as is.
+    With worker processes, batches travel through a
+    :class:`~datamodules.shared_batches.SharedBatchPool`: tensors under 128 KB by value through
+    the result pipe, larger ones in shared-memory buffers each worker reuses. The
+    DataLoader's one-new-segment-per-tensor transfer is what limits a stream of small batches
+    otherwise (measured: about 5x fewer batches/s for 64 x 128 int64 batches).
 
     Args:
         dataset: The stream (it batches, so ``batch_size`` is None here).
+        reuse_batch_memory: Send batches through the pool described above (default True).
         **kwargs: Other DataLoader arguments (``num_workers``, ``pin_memory``,
             ``persistent_workers``, ``prefetch_factor``, ...). ``collate_fn`` defaults to
             leaving batches as the stream made them; ``in_order=False`` is refused.
@@ -623,7 +559,9 @@ class StreamLoader(DataLoader):
             None it is what :meth:`state_dict` saves, else the batches this loader yielded.
     """
 
-    def __init__(self, dataset: ShardedStream, **kwargs: Any) -> None:
+    def __init__(
+        self, dataset: ShardedStream, reuse_batch_memory: bool = True, **kwargs: Any
+    ) -> None:
         if not isinstance(dataset, ShardedStream):
             raise TypeError(f"StreamLoader needs a ShardedStream, got {type(dataset).__name__}.")
         for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
@@ -631,21 +569,20 @@ class StreamLoader(DataLoader):
                 raise ValueError(f"{key} is set on the ShardedStream, not on StreamLoader.")
         if not kwargs.get("in_order", True):
             raise ValueError("in_order=False is not accepted: resuming relies on the order.")
-        kwargs.setdefault("collate_fn", passthrough)
+        kwargs["collate_fn"] = kwargs.get("collate_fn") or passthrough
+        #: The workers' reused batch buffers (None without workers or if disabled).
+        self.batch_pool: SharedBatchPool | None = attach_pool(kwargs, reuse_batch_memory)
+        self.reuse_batch_memory = reuse_batch_memory
         super().__init__(dataset, batch_size=None, **kwargs)
         self.consumed_batches: Callable[[], int | None] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         stream: ShardedStream = self.dataset  # type: ignore[assignment]
         stream._begin_epoch(max(self.num_workers, 1))
-        pin = self.pin_memory and torch.cuda.is_available()  # as the DataLoader's pin thread
-        stream._pack_batches = True  # workers started (or resumed) from here on pack; we unpack
-        try:
-            for batch in super().__iter__():
-                stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts
-                yield _unpack(batch, pin) if self.num_workers else batch
-        finally:
-            stream._pack_batches = False
+        batches = iterate_with_pool(super().__iter__(), self.batch_pool, self.persistent_workers)
+        for batch in batches:
+            stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts
+            yield batch
 
     def state_dict(self) -> dict[str, Any]:
         """The stream's position (see :meth:`ShardedStream.state_dict`)."""

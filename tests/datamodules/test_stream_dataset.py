@@ -441,9 +441,13 @@ def mixed_batch(samples: list[dict]):
 def test_stream_loader_batches_keep_their_types(shard_sets):
     import torch
 
-    batches = list(loader(make(shard_sets[3], collate=mixed_batch), 2))
+    stream_loader = loader(make(shard_sets[3], collate=mixed_batch), 2)
+    batches = list(stream_loader)  # all kept: the reused buffers must not be overwritten
     assert sorted(i for b in batches for i in b["ids"].tolist()) == list(range(24))
+    stats = stream_loader.batch_pool.stats()
+    assert stats["pooled"] + stats["fallback"] == len(batches) and stats["pooled"] >= 2
     for b in batches:
+        assert torch.equal(b["big"], torch.full((300_000,), int(b["ids"][0])))
         assert isinstance(b["ids"], torch.Tensor) and b["ids"].dtype == torch.int64
         doubled, (first,) = b["pair"]
         assert torch.equal(doubled, b["ids"] * 2) and first.dtype == torch.float32
