@@ -115,6 +115,9 @@ class BaseDataModule(pl.LightningDataModule):
             defaults to ``split_seed``.
         train_transforms: Applied to training samples (or batches, for tensors).
         eval_transforms: Applied to validation, test and predict samples.
+        reuse_batch_memory: With workers, send batches through shared-memory buffers each
+            worker reuses (default True; see :mod:`datamodules.shared_batches`). False gives
+            PyTorch's usual transfer: a new shared-memory segment per batch tensor.
     """
 
     work: ClassVar[str] = "memory"
@@ -139,6 +142,7 @@ class BaseDataModule(pl.LightningDataModule):
         shuffle_seed: int | None = None,
         train_transforms: Callable[[Any], Any] | None = None,
         eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__()
         _check_int(batch_size, "batch_size", 1)
@@ -150,7 +154,9 @@ class BaseDataModule(pl.LightningDataModule):
         validate_flag(pin_memory, "pin_memory")
         validate_flag(persistent_workers, "persistent_workers")
         validate_prefetch_factor(prefetch_factor)
-        for name, flag in (("stratify", stratify), ("shuffle", shuffle), ("drop_last", drop_last)):
+        flags = {"stratify": stratify, "shuffle": shuffle, "drop_last": drop_last,
+                 "reuse_batch_memory": reuse_batch_memory}  # fmt: skip
+        for name, flag in flags.items():
             _check_bool(flag, name)
         transforms = {"train_transforms": train_transforms, "eval_transforms": eval_transforms}
         for name, fn in transforms.items():
@@ -174,6 +180,7 @@ class BaseDataModule(pl.LightningDataModule):
         self.shuffle_seed = self.split_seed if shuffle_seed is None else int(shuffle_seed)
         self.train_transforms = train_transforms
         self.eval_transforms = eval_transforms
+        self.reuse_batch_memory = reuse_batch_memory
 
         self.dataset: Any = None
         self.split_indices: dict[str, torch.Tensor] | None = None
@@ -358,7 +365,12 @@ class BaseDataModule(pl.LightningDataModule):
         if self.num_workers in (AUTO, TUNE):
             # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.
             warnings.filterwarnings("ignore", message=_FEW_WORKERS, category=PossibleUserWarning)
-        loader = ResumableDataLoader(view, sampler=sampler, **settings.loader_kwargs())
+        loader = ResumableDataLoader(
+            view,
+            sampler=sampler,
+            reuse_batch_memory=self.reuse_batch_memory,
+            **settings.loader_kwargs(),
+        )
         if split == "train":
             loader.consumed_batches = WeakCall(self._consumed_batches)
             self._train_loader = weakref.ref(loader)

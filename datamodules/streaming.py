@@ -476,7 +476,9 @@ class StreamingDataModule(BaseDataModule):
             # Our length is exact on every rank and worker count (Lightning cannot know that).
             warnings.filterwarnings("ignore", message=_ITERABLE_LEN, category=UserWarning)
             stream = self.make_stream(split, rank, world)
-            loader = StreamLoader(stream, **settings.loader_kwargs())
+            loader = StreamLoader(
+                stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
+            )
             if split == "train":
                 loader.consumed_batches = _ConsumedBatches(self)
                 self._train_loader_ref = weakref.ref(loader)

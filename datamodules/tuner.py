@@ -284,7 +284,9 @@ def index_loader(
     }
     if num_workers > 0:
         kwargs["prefetch_factor"] = prefetch_factor
-    return ResumableDataLoader(view, sampler=sampler, **kwargs)
+    return ResumableDataLoader(
+        view, sampler=sampler, reuse_batch_memory=dm.reuse_batch_memory, **kwargs
+    )
 
 
 def measure_candidate(

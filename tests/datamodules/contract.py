@@ -176,6 +176,19 @@ class DataModuleContract:
         assert orders[0] != orders[1]
         assert orders[0] == orders[2]
 
+    def test_reuse_batch_memory_reaches_the_loader(self, case: ContractCase) -> None:
+        for reuse in (True, False):
+            dm = case.make(val_split=0.0, batch_size=4, num_workers=1, reuse_batch_memory=reuse)
+            dm.setup("fit")
+            loader = dm.train_dataloader()
+            assert (loader.batch_pool is not None) is reuse
+            kept = []
+            for epoch in range(2):  # every batch of two epochs held at once
+                loader.sampler.set_epoch(epoch)
+                kept.extend(loader)
+            ids = [i for batch in kept for i in case.batch_ids(batch)]
+            assert sorted(ids) == sorted(2 * list(range(case.num_samples)))
+
     def test_eval_loaders_keep_order_and_drop_nothing(self, case: ContractCase) -> None:
         dm = case.make(val_split=0.3, batch_size=4, drop_last=True)
         dm.setup("fit")
@@ -273,6 +286,7 @@ class DataModuleContract:
             ({"persistent_workers": 1}, TypeError, "persistent_workers"),
             ({"prefetch_factor": 0}, ValueError, "prefetch_factor"),
             ({"shuffle": "no"}, TypeError, "shuffle"),
+            ({"reuse_batch_memory": "yes"}, TypeError, "reuse_batch_memory"),
         ],
     )
     def test_bad_arguments_raise_early_naming_the_argument(
