@@ -64,6 +64,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from collates.padding import collate_records
 from datamodules.base import _FEW_WORKERS, BaseDataModule
 from datamodules.hardware import AUTO, TUNE
+from datamodules.loaders import passthrough
 from datamodules.shard_readers import (
     FORMATS,
     ShardIndex,
@@ -72,6 +73,7 @@ from datamodules.shard_readers import (
     index_shards,
     read_records,
 )
+from datamodules.shared_batches import attach_pool
 from datamodules.stream_dataset import ShardedStream, ShardReader, SliceReader, StreamLoader
 
 __all__ = ["StreamingDataModule", "stream_collate"]
@@ -506,7 +508,11 @@ class StreamingDataModule(BaseDataModule):
         train = split == "train"
         transform, collate = self.transform_for(split), self._collate_fn()
         batched = _Batched(dataset, self.batch_size, transform, collate, self.drop_last and train)
-        return DataLoader(batched, batch_size=None, **kwargs)
+        kwargs["collate_fn"] = passthrough
+        pool = attach_pool(kwargs, self.reuse_batch_memory)
+        loader = DataLoader(batched, batch_size=None, **kwargs)
+        loader.batch_pool = pool  # type: ignore[attr-defined]
+        return loader
 
     def train_dataloader(self) -> DataLoader:
         """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""

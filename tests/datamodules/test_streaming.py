@@ -474,7 +474,9 @@ def range_factory(split: str, rank: int, world: int) -> IterableDataset | None:
 
 def test_dataset_factory(tmp_path):
     dm = StreamingDataModule(dataset_factory=range_factory, batch_size=4, num_workers=2)
-    assert sorted(loader_ids(dm.train_dataloader())) == list(range(30))
+    train = dm.train_dataloader()
+    assert sorted(loader_ids(train)) == list(range(30))
+    assert train.batch_pool is not None and train.batch_pool.num_workers == 2
     assert sorted(loader_ids(dm.val_dataloader())) == list(range(100, 105))
     model = RecordingModel(batch_ids)
     quiet_trainer(max_epochs=1).fit(model, datamodule=dm)
