@@ -420,6 +420,10 @@ def empty_batch(
     reused slots; in any other DataLoader worker in a fresh shared-memory segment (as
     ``default_collate`` allocates); in the main process in ordinary memory.
 
+    In a worker, return the tensor (or a view of it) as part of the batch and keep no other
+    reference to it there: once the main process is done with the batch the worker writes
+    the next batch into the same memory.
+
     Args:
         size: The shape; ``channels_last`` needs 4 dimensions ``(B, C, H, W)``.
         dtype: The element type.
