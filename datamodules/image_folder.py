@@ -128,13 +128,6 @@ class ImageBatchView(SplitView):
                 self.skip_log.record(path, error.reason or str(error))
             return None
 
-    def load(self, row: int) -> torch.Tensor | None:
-        """Decodes and transforms one sample; None if it was skipped."""
-        image = self.decode(row)
-        if image is None or self.transform is None:
-            return image
-        return self.transform(image)
-
     def __getitem__(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self.rows(batch).tolist()
         writer = _BatchWriter(len(rows), self.transform)

@@ -150,12 +150,8 @@ class SharedBatchPool:
             self._held[key] = ticket
             return self._storages[key]
 
-    def release_unused(self) -> None:
-        """Gives back to the workers every slot whose batch nothing here refers to."""
-        with self._lock:
-            self._release_unused()
-
     def _release_unused(self) -> None:
+        """Gives back to the workers every slot whose batch nothing here refers to."""
         for key, ticket in list(self._held.items()):
             if _use_count(self._storages[key]) == 1:
                 self._tickets[key] = ticket
