@@ -9,8 +9,9 @@ median over repeats of one epoch, all in one run, the same sampler and worker co
 * ``DataLoader default``: ``ResumableDataLoader(..., reuse_batch_memory=False)``, i.e. the
   batch is allocated in a fresh shared-memory segment (as ``default_collate`` does) whose
   descriptor PyTorch passes through a socket;
-* ``reused buffers``: the same loader with its :class:`~datamodules.shared_batches.SharedBatchPool`
-  (the default), the batch allocated with :func:`~datamodules.shared_batches.empty_batch`;
+* ``reused buffers``: the same loader with its
+  :class:`~datamodules.core.shared_batches.SharedBatchPool`
+  (the default), the batch allocated with :func:`~datamodules.core.shared_batches.empty_batch`;
 * ``private memory, nothing sent``: the worker fills a buffer of its own and returns an int:
   the floor, what the fill alone costs.
 
@@ -31,9 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from datamodules.loaders import ResumableDataLoader  # noqa: E402
-from datamodules.samplers import IndexBatchSampler  # noqa: E402
-from datamodules.shared_batches import empty_batch  # noqa: E402
+from datamodules.core.loaders import ResumableDataLoader  # noqa: E402
+from datamodules.core.samplers import IndexBatchSampler  # noqa: E402
+from datamodules.core.shared_batches import empty_batch  # noqa: E402
 
 SHAPE = (64, 3, 224, 224)
 

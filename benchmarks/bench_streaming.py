@@ -6,7 +6,7 @@ Parquet for ours, with ``litdata.optimize`` for litdata (tokens as int64 arrays)
 shards for webdataset. Ours is ``StreamingDataModule(shards, ...).train_dataloader()`` (the
 loader a Trainer gets), with its default collate. Each loader runs 2 workers, batches of 64,
 shuffling on (ours and webdataset: a 10,000-record buffer), and the same padded collate:
-``collates.padding.collate_records`` (what the DataModule's default collate calls for dict
+``collates.records.collate_records`` (what the DataModule's default collate calls for dict
 records; ``--collate lean`` swaps in ``pad_tokens`` below for every loader). One repeat is
 one full epoch, worker start included; the loaders alternate within a repeat and each figure
 is the median over ``--repeats``. Ours also checks that every record arrived exactly once.
@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collates.padding import collate_records  # noqa: E402
+from collates.records import collate_records  # noqa: E402
 from datamodules import StreamingDataModule  # noqa: E402
 
 
@@ -371,7 +371,7 @@ def main() -> None:
         nargs="+",
         choices=sorted(COLLATES),
         default=["project"],
-        help="project: collates.padding.collate_records (ours: the DataModule's default "
+        help="project: collates.records.collate_records (ours: the DataModule's default "
         "collate); lean: pad_tokens below",
     )
     parser.add_argument("--memory", action="store_true", help="peak memory, 100k vs 1M")

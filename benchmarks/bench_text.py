@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collates import PadCollate  # noqa: E402
 from datamodules import TextDataModule  # noqa: E402
-from datamodules.samplers import BucketBatchSampler  # noqa: E402
+from datamodules.core.buckets import BucketBatchSampler  # noqa: E402
 
 BATCH = 32
 

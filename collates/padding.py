@@ -1,6 +1,7 @@
-"""Padding collate for variable-length samples: `PadCollate`, `pad_collate`, `collate_records`.
+"""Padding collate for variable-length samples: `PadCollate` and `pad_collate`.
 
-Any of them can be a DataLoader's ``collate_fn``. Samples may be bare sequences (tensors, numeric
+Either can be a DataLoader's ``collate_fn`` (dict records of streams:
+:func:`collates.records.collate_records`). Samples may be bare sequences (tensors, numeric
 arrays, lists of numbers), tuples of fields such as ``(sequence, label)``, or dicts. Each field is
 collated by what it holds:
 
@@ -17,202 +18,31 @@ This module never imports the ``datamodules`` package.
 
 from __future__ import annotations
 
-import inspect
-import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
-from itertools import chain
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
-__all__ = ["PadCollate", "collate_records", "pad_collate"]
+from collates.fields import (
+    ARRAY,
+    NUMBER,
+    OBJECT,
+    PLAIN,
+    SCALARS,
+    Number,
+    Side,
+    as_sequences,
+    check_keys,
+    column_kind,
+    describe_value,
+    pad_sequences,
+    record_keys,
+    to_tensor,
+)
 
-Number = int | float | bool
-Side = Literal["left", "right"]
-
-_NUMBER, _ARRAY, _OBJECT, _EMPTY = "a number", "a sequence", "an object", "an empty list"
-_SCALARS = (bool, int, float, np.bool_, np.number)
-_NUMERIC_KINDS = frozenset("biuf")
-_PLAIN = frozenset((int, float, bool))
-# torch < 2.6 has no `padding_side` in pad_sequence; left padding then takes the copy path.
-_HAS_SIDE = "padding_side" in inspect.signature(pad_sequence).parameters
-_EXACT_FLOAT_INT = 2**53  # pad_sequence takes its pad value as a double
-# Up to this many padded elements per row, torch.cat + masked_scatter_ (a fixed number of ops)
-# beats pad_sequence (one copy per sample, about 1.5 us each); above it pad_sequence wins.
-_SCATTER_MAX_ROW = 1024
-
-
-def _kind(value: Any) -> str:
-    """Classify one field value as a number, a sequence, an empty list or an opaque object."""
-    if isinstance(value, Tensor):
-        return _ARRAY if value.ndim else _NUMBER
-    if isinstance(value, _SCALARS):
-        return _NUMBER
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind not in _NUMERIC_KINDS:
-            return _OBJECT
-        return _ARRAY if value.ndim else _NUMBER
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return _EMPTY
-        return _ARRAY if isinstance(value[0], (*_SCALARS, list, tuple)) else _OBJECT
-    return _OBJECT
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
-    if isinstance(value, np.ndarray):
-        return f"a {value.dtype} array of shape {value.shape}"
-    if isinstance(value, (list, tuple)):
-        return f"a {type(value).__name__} of length {len(value)}"
-    return f"a {type(value).__name__}"
-
-
-def _column_kind(values: Sequence[Any], name: str) -> str:
-    """The kind shared by every value of a field (empty lists fit sequences and objects)."""
-    first = type(values[0])
-    if first is Tensor and all(type(v) is Tensor for v in values):
-        if len({v.ndim == 0 for v in values}) == 1:
-            return _NUMBER if values[0].ndim == 0 else _ARRAY
-    elif first in _PLAIN and all(type(v) in _PLAIN for v in values):
-        return _NUMBER
-    elif first is str and all(type(v) is str for v in values):
-        return _OBJECT
-    kind, ref = _EMPTY, 0
-    for i, value in enumerate(values):
-        k = _kind(value)
-        if k == kind or (k == _EMPTY and kind != _NUMBER):
-            continue
-        if kind == _EMPTY and not (k == _NUMBER and i > 0):
-            kind, ref = k, i
-            continue
-        raise TypeError(
-            f"{name}: sample {i} holds {_describe(value)} but sample {ref} holds "
-            f"{_describe(values[ref])}; every sample must hold the same kind of value in a field"
-        )
-    return _ARRAY if kind == _EMPTY else kind
-
-
-def _to_tensor(value: Any, name: str, index: int) -> Tensor | None:
-    """One sequence value as a tensor with at least one dimension; None for an empty list."""
-    if isinstance(value, Tensor):
-        tensor = value
-    elif isinstance(value, np.ndarray):
-        tensor = torch.from_numpy(value)
-    elif isinstance(value, (list, tuple)) and not value:
-        return None  # length 0, any trailing shape and dtype
-    else:
-        try:
-            tensor = torch.tensor(value)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(
-                f"{name}: sample {index} holds {_describe(value)} that is not a rectangular "
-                f"list of numbers ({err})"
-            ) from err
-    if tensor.ndim == 0:
-        raise TypeError(
-            f"{name}: sample {index} holds {_describe(value)}; a padded value needs at least one "
-            "dimension"
-        )
-    return tensor
-
-
-def _sequences(values: Sequence[Any], name: str) -> tuple[list[Tensor], list[int]]:
-    """A padded field's values as tensors of one trailing shape and dtype, and their lengths."""
-    if all(type(v) is Tensor for v in values):  # fast path: already uniform tensors
-        shapes = [v.shape for v in values]
-        ndims = set(map(len, shapes))
-        if (
-            len(ndims) == 1
-            and shapes[0]
-            and (len(shapes[0]) == 1 or len({s[1:] for s in shapes}) == 1)
-            and len({v.dtype for v in values}) == 1
-        ):
-            return list(values), [s[0] for s in shapes]
-    tensors = [_to_tensor(value, name, i) for i, value in enumerate(values)]
-    ref = next((i for i, t in enumerate(tensors) if t is not None), None)
-    if ref is None:
-        return [torch.zeros(0, dtype=torch.int64) for _ in tensors], [0] * len(tensors)
-    trailing, dtype = tensors[ref].shape[1:], tensors[ref].dtype
-    for i, t in enumerate(tensors):
-        if t is not None and t.shape[1:] != trailing:
-            raise ValueError(
-                f"{name}: sample {i} has shape {tuple(t.shape)} but sample {ref} has shape "
-                f"{tuple(tensors[ref].shape)}; a padded field may differ only in its first "
-                "dimension"
-            )
-        if t is not None and t.dtype != dtype:
-            dtype = torch.promote_types(dtype, t.dtype)
-    out = [torch.zeros((0, *trailing), dtype=dtype) if t is None else t.to(dtype) for t in tensors]
-    return out, [t.shape[0] for t in out]
-
-
-def _pad(
-    tensors: list[Tensor],
-    lengths: list[int],
-    pad_value: Number,
-    padding_side: str,
-    max_length: int | None,
-    truncation_side: str,
-    multiple: int | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Pad validated tensors along dim 0: ``(padded (B, L, ...), bool mask (B, L), lengths)``."""
-    if max_length is not None and max(lengths) > max_length:
-        keep_first = truncation_side == "right"
-        tensors = [
-            t if n <= max_length else (t[:max_length] if keep_first else t[n - max_length :])
-            for t, n in zip(tensors, lengths, strict=True)
-        ]
-        lengths = [min(n, max_length) for n in lengths]
-    longest = max(lengths)
-    width = longest if multiple is None else -(-longest // multiple) * multiple
-    ref, batch = tensors[0], len(tensors)
-    trailing = ref.shape[1:]
-    lens = torch.from_numpy(np.array(lengths, dtype=np.int64))
-    if ref.device.type != "cpu":
-        lens = lens.to(ref.device)
-    right = padding_side == "right"
-    positions = torch.arange(width, device=ref.device)
-    mask = positions < lens.unsqueeze(1) if right else positions >= (width - lens).unsqueeze(1)
-    per_item = math.prod(trailing)
-    if width * per_item <= _SCATTER_MAX_ROW:
-        # Small rows: one cat and one masked_scatter beat pad_sequence's copy per sample.
-        out = torch.full((batch, width, *trailing), pad_value, dtype=ref.dtype, device=ref.device)
-        flat = torch.cat(tensors)
-        if not trailing:
-            out.masked_scatter_(mask, flat)
-        elif per_item:
-            cells = torch.arange(width * per_item, device=ref.device)
-            start = lens * per_item if right else (width - lens) * per_item
-            row_mask = cells < start.unsqueeze(1) if right else cells >= start.unsqueeze(1)
-            out.view(batch, -1).masked_scatter_(row_mask, flat.reshape(-1))
-        return out, mask, lens
-    exact = not (isinstance(pad_value, int) and abs(pad_value) > _EXACT_FLOAT_INT)
-    if width == longest and exact and (right or _HAS_SIDE):
-        kwargs = {"padding_side": padding_side} if _HAS_SIDE else {}
-        out = pad_sequence(tensors, batch_first=True, padding_value=pad_value, **kwargs)
-        return out, mask, lens
-    out = torch.full((batch, width, *trailing), pad_value, dtype=ref.dtype, device=ref.device)
-    for i, (t, n) in enumerate(zip(tensors, lengths, strict=True)):
-        if n and right:
-            out[i, :n] = t
-        elif n:
-            out[i, width - n :] = t
-    return out, mask, lens
-
-
-def _check_keys(keys: Collection[Hashable] | None, fields: Sequence[Hashable], what: str) -> None:
-    if keys:
-        unknown = [k for k in keys if k not in fields]
-        if unknown:
-            raise ValueError(
-                f"{what} names {unknown!r}, which the samples do not have "
-                f"(their fields are {list(fields)!r})"
-            )
+__all__ = ["PadCollate", "pad_collate"]
 
 
 def _check_side(name: str, value: Any) -> None:
@@ -221,7 +51,7 @@ def _check_side(name: str, value: Any) -> None:
 
 
 def _check_number(name: str, value: Any) -> None:
-    if not isinstance(value, _SCALARS):
+    if not isinstance(value, SCALARS):
         raise TypeError(f"{name} must be a number (int, float or bool), got {value!r}")
 
 
@@ -378,19 +208,19 @@ class PadCollate:
             for i, sample in enumerate(batch):
                 if not _is_bare(sample):
                     raise TypeError(
-                        f"sample {i} is {_describe(sample)} but sample 0 is a bare sequence "
-                        f"({_describe(first)}); every sample must have the same structure"
+                        f"sample {i} is {describe_value(sample)} but sample 0 is a bare sequence "
+                        f"({describe_value(first)}); every sample must have the same structure"
                     )
-            if _column_kind(batch, "sequence") != _ARRAY:
+            if column_kind(batch, "sequence") != ARRAY:
                 raise TypeError(
-                    f"sample 0 is {_describe(first)}; a bare sample must have at least one "
+                    f"sample 0 is {describe_value(first)}; a bare sample must have at least one "
                     "dimension (wrap numbers in a tuple or dict to stack them)"
                 )
             return self._pad_field(batch, "sequence", self._scalar_pad())
         if isinstance(first, (tuple, list)):
             return self._collate_tuples(batch)
         raise TypeError(
-            f"sample 0 is {_describe(first)}; PadCollate takes tensors, numeric arrays, lists "
+            f"sample 0 is {describe_value(first)}; PadCollate takes tensors, numeric arrays, lists "
             "of numbers, tuples of fields or dicts"
         )
 
@@ -412,8 +242,8 @@ class PadCollate:
         self, values: Sequence[Any], name: str, pad_value: Number
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Pad one field: returns ``(padded, attention_mask, lengths)``."""
-        tensors, lengths = _sequences(values, name)
-        padded, mask, lens = _pad(
+        tensors, lengths = as_sequences(values, name)
+        padded, mask, lens = pad_sequences(
             tensors,
             lengths,
             pad_value,
@@ -431,28 +261,28 @@ class PadCollate:
     ) -> tuple[dict[Hashable, str], list[Hashable]]:
         """Each field's kind, and the fields to pad in priority order (nothing is collated)."""
         if isinstance(self.pad_value, dict):
-            _check_keys(self.pad_value, list(columns), "pad_value")
-        kinds = {key: _column_kind(col, names[key]) for key, col in columns.items()}
+            check_keys(self.pad_value, list(columns), "pad_value")
+        kinds = {key: column_kind(col, names[key]) for key, col in columns.items()}
         if self.sequence_fields is None:
-            return kinds, [key for key, kind in kinds.items() if kind == _ARRAY]
-        _check_keys(self.sequence_fields, list(columns), "sequence_fields")
+            return kinds, [key for key, kind in kinds.items() if kind == ARRAY]
+        check_keys(self.sequence_fields, list(columns), "sequence_fields")
         for key in self.sequence_fields:
-            if kinds[key] != _ARRAY:
+            if kinds[key] != ARRAY:
                 raise TypeError(
                     f"{names[key]} is in sequence_fields but holds {kinds[key]}, "
-                    f"e.g. {_describe(columns[key][0])}"
+                    f"e.g. {describe_value(columns[key][0])}"
                 )
         return kinds, list(self.sequence_fields)
 
     @staticmethod
     def _stack(values: Sequence[Any], kind: str, name: str) -> Any:
-        if kind == _NUMBER:
-            if all(type(v) in _PLAIN for v in values):
+        if kind == NUMBER:
+            if all(type(v) in PLAIN for v in values):
                 return torch.tensor(values)
             return torch.stack([v if isinstance(v, Tensor) else torch.as_tensor(v) for v in values])
-        if kind == _OBJECT:
+        if kind == OBJECT:
             return list(values)
-        tensors = [_to_tensor(value, name, i) for i, value in enumerate(values)]
+        tensors = [to_tensor(value, name, i) for i, value in enumerate(values)]
         shapes = [(0,) if t is None else tuple(t.shape) for t in tensors]
         for i, shape in enumerate(shapes):
             if shape != shapes[0]:
@@ -471,7 +301,7 @@ class PadCollate:
         for i, sample in enumerate(batch):
             if not isinstance(sample, (tuple, list)) or _is_bare(sample):
                 raise TypeError(
-                    f"sample {i} is {_describe(sample)} but sample 0 is a tuple of {width} "
+                    f"sample {i} is {describe_value(sample)} but sample 0 is a tuple of {width} "
                     "fields; every sample must have the same structure"
                 )
             if len(sample) != width:
@@ -498,7 +328,7 @@ class PadCollate:
         return (*out, *extras)
 
     def _collate_dicts(self, batch: Sequence[Any], with_masks: bool) -> dict[Hashable, Any]:
-        keys = _record_keys(batch)
+        keys = record_keys(batch)
         columns = {key: [sample[key] for sample in batch] for key in keys}
         names = {key: f"field {key!r}" for key in keys}
         kinds, padded = self._plan(columns, names)
@@ -526,7 +356,7 @@ def _is_bare(sample: Any) -> bool:
     """A bare sequence sample: a tensor, a numeric array, or a (possibly empty) list of numbers."""
     if isinstance(sample, (Tensor, np.ndarray)):
         return True
-    return isinstance(sample, list) and (not sample or isinstance(sample[0], _SCALARS))
+    return isinstance(sample, list) and (not sample or isinstance(sample[0], SCALARS))
 
 
 _DEFAULT = PadCollate()
@@ -544,158 +374,3 @@ def pad_collate(batch: Sequence[Any]) -> Any:
         The collated batch.
     """
     return _DEFAULT(batch)
-
-
-def collate_records(
-    records: Sequence[Mapping[Hashable, Any]],
-    *,
-    pad_value: Number | Mapping[Hashable, Number] = 0,
-    label_pad_value: Number | None = None,
-    padding_side: Side = "right",
-) -> dict[Hashable, Any]:
-    """Collate dict records field by field, without adding masks or lengths.
-
-    Meant for record streams: numbers and equal-shape arrays are stacked, variable-length
-    sequences (tensors, arrays, lists of ints or floats) are padded along the first dimension
-    (equal lengths give the same result as stacking), strings and other objects are kept as
-    lists. Every record must have the same keys. Padding follows `PadCollate` (label fields use
-    ``label_pad_value``, keys ending in ``"attention_mask"`` pad with 0).
-
-    The result is what ``PadCollate(...)`` makes of the records' fields, but a field whose
-    values are all Python lists of numbers (what JSON and Parquet readers give) is converted
-    once per batch: the lists are flattened into one NumPy array and scattered into the
-    padded batch in one step, instead of one tensor per record. Likewise a field of 1-D
-    NumPy arrays of one dtype is concatenated once.
-
-    Args:
-        records: The records of one batch.
-        pad_value: A number, or a mapping from key to number (unnamed keys pad with 0).
-        label_pad_value: Pad value for the ``"labels"`` / ``"label"`` keys; None pads them
-            with ``pad_value``.
-        padding_side: ``"right"`` or ``"left"``.
-
-    Returns:
-        A dict with the records' keys, in order.
-
-    Raises:
-        ValueError: If ``records`` is empty or records disagree in keys or trailing shapes.
-        TypeError: If a record is not a mapping or a field mixes kinds of values.
-    """
-    if not records:
-        raise ValueError("collate_records got an empty batch; a batch needs at least one record")
-    if not isinstance(records[0], Mapping):
-        raise TypeError(f"record 0 is {_describe(records[0])}; collate_records takes dicts")
-    collate = PadCollate(pad_value, label_pad_value=label_pad_value, padding_side=padding_side)
-    keys = _record_keys(records)
-    if isinstance(collate.pad_value, dict):
-        _check_keys(collate.pad_value, keys, "pad_value")
-    right = padding_side == "right"
-    out: dict[Hashable, Any] = {}
-    for key in keys:
-        column = [record[key] for record in records]
-        name = f"field {key!r}"
-        first = type(column[0])
-        if first in _PLAIN and all(type(v) in _PLAIN for v in column):
-            out[key] = torch.tensor(column)  # numbers (PadCollate._stack's first case)
-            continue
-        if first is str and all(type(v) is str for v in column):
-            out[key] = column
-            continue
-        label = key in collate.label_fields
-        mask = isinstance(key, str) and key.endswith("attention_mask")
-        pad = collate._field_pad(key, label, mask)
-        fast = _pad_flat(column, pad, right) if first in (list, np.ndarray) else None
-        if fast is not None:
-            out[key] = fast
-            continue
-        kind = _column_kind(column, name)
-        if kind == _ARRAY:
-            out[key] = collate._pad_field(column, name, pad)[0]
-        else:
-            out[key] = collate._stack(column, kind, name)
-    return out
-
-
-def _record_keys(records: Sequence[Any]) -> list[Hashable]:
-    """The keys shared by every record (the order of record 0), with PadCollate's messages."""
-    keys = list(records[0])
-    key_set = records[0].keys()
-    for i, sample in enumerate(records):
-        if type(sample) is not dict and not isinstance(sample, Mapping):
-            raise TypeError(
-                f"sample {i} is {_describe(sample)} but sample 0 is a dict; every sample "
-                "must have the same structure"
-            )
-        if sample.keys() != key_set:
-            missing = [k for k in keys if k not in sample]
-            extra = [k for k in sample if k not in key_set]
-            raise ValueError(
-                f"sample {i} has keys {list(sample)!r} but sample 0 has {keys!r} "
-                f"(missing: {missing!r}, extra: {extra!r}); every sample must have the "
-                "same keys"
-            )
-    return keys
-
-
-def _flat_values(column: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
-    """A field's values flattened into one numeric array, and each value's length.
-
-    Handles a column of Python lists of plain numbers (or of equal-length lists of them), or
-    of 1-D NumPy arrays of one numeric dtype. Returns None for anything else (strings, numpy
-    scalars, ragged nesting, empty columns, overflowing ints), which the general path then
-    collates, or rejects with its message.
-    """
-    if type(column[0]) is np.ndarray:
-        dtype = column[0].dtype
-        if dtype.kind not in _NUMERIC_KINDS or not all(
-            type(v) is np.ndarray and v.ndim == 1 and v.dtype == dtype for v in column
-        ):
-            return None
-        lengths = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
-        return np.concatenate(column), lengths
-    if not all(type(v) is list for v in column):
-        return None
-    lengths = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
-    total = int(lengths.sum())
-    if not total:
-        return None
-    probe = next(v for v in column if v)
-    item = probe[0]
-    if type(item) is list:  # one level of nesting: equal-length rows of numbers
-        if not item or type(item[0]) not in _PLAIN:
-            return None
-    elif type(item) not in _PLAIN or type(probe[-1]) not in _PLAIN:
-        return None
-    flat = list(chain.from_iterable(column))
-    try:
-        values = np.array(flat)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    kind = values.dtype.kind
-    if kind not in "bif" or values.ndim > 2 or len(values) != total:
-        return None
-    if kind == "i" and values.dtype != np.int64:
-        values = values.astype(np.int64)
-    return values, lengths
-
-
-def _pad_flat(column: list[Any], pad_value: Number, right: bool) -> Tensor | None:
-    """Pads a field from its flattened values in one scatter; None if the fast path does not
-    apply (see :func:`_flat_values`)."""
-    found = _flat_values(column)
-    if found is None:
-        return None
-    values, lengths = found
-    if values.dtype.kind == "f" and type(column[0]) is list:
-        values = values.astype(_numpy_dtype(torch.get_default_dtype()))
-    tensor = torch.from_numpy(values)
-    width = int(lengths.max())
-    out = torch.full((len(column), width, *tensor.shape[1:]), pad_value, dtype=tensor.dtype)
-    positions = np.arange(width)
-    mask = positions < lengths[:, None] if right else positions >= (width - lengths)[:, None]
-    out.numpy()[mask] = values
-    return out
-
-
-def _numpy_dtype(dtype: torch.dtype) -> Any:
-    return torch.empty(0, dtype=dtype).numpy().dtype

@@ -1,11 +1,14 @@
 """Reusable, fast and DDP-correct LightningDataModules."""
 
-from datamodules.base import BaseDataModule
-from datamodules.image_folder import ImageFolderDataModule
-from datamodules.monitor import DataWaitMonitor
-from datamodules.streaming import StreamingDataModule
+# The tools come first: importing them registers what BaseDataModule hands to them
+# (datamodules.core.hooks), before any DataModule can be used.
+import datamodules.tools  # noqa: F401  (isort: skip)
+from datamodules.core.base import BaseDataModule
+from datamodules.images.datamodule import ImageFolderDataModule
+from datamodules.streaming.datamodule import StreamingDataModule
 from datamodules.tensor import TensorDataModule
-from datamodules.text import TextDataModule
+from datamodules.text.datamodule import TextDataModule
+from datamodules.tools.monitor import DataWaitMonitor
 
 __all__ = [
     "BaseDataModule",

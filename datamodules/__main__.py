@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(USAGE, file=sys.stderr)
         return 2
-    from datamodules.inspect_cli import main as inspect_main
+    from datamodules.tools.inspect_cli import main as inspect_main
 
     return inspect_main(rest)
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.base import BaseDataModule
-from datamodules.views import SplitView, TensorBatchView
+from datamodules.core.base import BaseDataModule
+from datamodules.core.views import SplitView, TensorBatchView
 
 TensorLike = torch.Tensor | np.ndarray
 Tensors = tuple[torch.Tensor, ...] | dict[str, torch.Tensor]
@@ -125,7 +125,7 @@ class TensorDataModule(BaseDataModule):
         label_key: Which tensor holds class labels (for ``stratify=True``): an int position or
             a dict key. Defaults to the last tensor of a tuple of two or more, or the first of
             the keys ``y``, ``label``, ``labels``, ``target``, ``targets`` of a dict.
-        **kwargs: The shared arguments of :class:`~datamodules.base.BaseDataModule`
+        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`
             (``batch_size``, ``val_split``...). ``train_transforms`` / ``eval_transforms``
             are applied to whole batches.
 

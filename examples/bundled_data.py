@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from datamodules import ImageFolderDataModule, StreamingDataModule, TensorDataModule
-from datamodules.image_io import ImageFolderIndex
+from datamodules.images.index import ImageFolderIndex
 
 
 class WineDataModule(TensorDataModule):
@@ -32,7 +32,7 @@ class WineDataModule(TensorDataModule):
         val_split: Validation share.
         test_split: Test share.
         stratify: Keep the cultivars' proportions in every split.
-        **kwargs: Other :class:`~datamodules.base.BaseDataModule` arguments.
+        **kwargs: Other :class:`~datamodules.core.base.BaseDataModule` arguments.
     """
 
     def __init__(

@@ -16,6 +16,7 @@ also works for ``python -m datamodules inspect --config examples/configs/tensor.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,12 @@ import lightning.pytorch as pl  # noqa: E402
 from lightning.pytorch.cli import ArgsType, LightningCLI  # noqa: E402
 
 from datamodules import BaseDataModule  # noqa: E402
+
+# Lightning's _pytree calls a torch API that torch deprecates, with a FutureWarning on every fit
+# that a user can do nothing about. It is filtered here, in the example scripts, and nowhere else.
+warnings.filterwarnings(
+    "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+)
 
 
 def main(args: ArgsType = None, run: bool = True) -> LightningCLI:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -24,6 +25,12 @@ from torch import nn
 from torchvision.transforms import v2
 
 from datamodules import ImageFolderDataModule
+
+# Lightning's _pytree calls a torch API that torch deprecates, with a FutureWarning on every fit
+# that a user can do nothing about. It is filtered here, in the example scripts, and nowhere else.
+warnings.filterwarnings(
+    "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+)
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "datamodules"
 

@@ -24,6 +24,7 @@ import gzip
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -32,6 +33,12 @@ import torch
 from torch import nn
 
 from datamodules import StreamingDataModule
+
+# Lightning's _pytree calls a torch API that torch deprecates, with a FutureWarning on every fit
+# that a user can do nothing about. It is filtered here, in the example scripts, and nowhere else.
+warnings.filterwarnings(
+    "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+)
 
 TRAIN_SHARDS = (0.30, 0.05, 0.25, 0.10, 0.18, 0.12)  # shares of the train records: uneven
 

@@ -10,6 +10,7 @@ Run: ``python examples/train_tensor.py`` (about 10 s on 2 CPU cores).
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import lightning.pytorch as pl
 import torch
@@ -17,6 +18,12 @@ from sklearn.datasets import load_wine
 from torch import nn
 
 from datamodules import TensorDataModule
+
+# Lightning's _pytree calls a torch API that torch deprecates, with a FutureWarning on every fit
+# that a user can do nothing about. It is filtered here, in the example scripts, and nowhere else.
+warnings.filterwarnings(
+    "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+)
 
 
 class WineClassifier(pl.LightningModule):

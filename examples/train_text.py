@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -25,6 +26,12 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from datamodules import TextDataModule
+
+# Lightning's _pytree calls a torch API that torch deprecates, with a FutureWarning on every fit
+# that a user can do nothing about. It is filtered here, in the example scripts, and nowhere else.
+warnings.filterwarnings(
+    "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+)
 
 LOCALES = {
     "cs_CZ": "Czech",

@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from collates import PadCollate, pad_collate
-from collates.padding import collate_records
+from collates.records import collate_records
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from datamodules import TensorDataModule
-from datamodules.views import TensorBatchView
+from datamodules.core.views import TensorBatchView
 from tests.datamodules.contract import ContractCase, DataModuleContract, quiet_trainer
 from tests.recording import RecordingModel
 

@@ -1,0 +1,411 @@
+"""BucketBatchSampler: batches of similar lengths, by sample count or by token budget.
+
+The length-aware sampler of :class:`~datamodules.TextDataModule` (and of any DataModule whose
+samples have lengths). It subclasses :class:`~datamodules.core.samplers.IndexBatchSampler`, so
+it keeps that sampler's guarantees: Lightning leaves it alone under DDP, every rank gets a
+disjoint share and the same number of batches, and a mid-epoch position resumes exactly.
+Helpers: :func:`pack_by_tokens` (greedy batches under a token budget) and
+:func:`split_into_pieces` (more batches from fewer, largest pieces first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from datamodules.core.samplers import IndexBatchSampler, check_positive_int
+
+BATCH_BY: tuple[str, ...] = ("samples", "tokens")
+#: Slack over the probed batch count of a token budget (see BucketBatchSampler): 1% + 2 batches.
+_TOKEN_SLACK = (0.01, 2)
+
+
+def _as_lengths(lengths: Any) -> torch.Tensor:
+    """Returns ``lengths`` (ints >= 0: a sequence, numpy array or tensor) as a 1-D int64 tensor."""
+    if isinstance(lengths, torch.Tensor):
+        tensor = lengths
+    else:
+        try:
+            tensor = torch.as_tensor(np.asarray(lengths))
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"lengths is not a sequence of ints: {error}") from error
+    if tensor.dim() != 1 or (
+        tensor.numel()
+        and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool)
+    ):
+        raise TypeError(
+            f"lengths must be a 1-D sequence of ints (one per sample), got {tensor.dtype} of "
+            f"shape {tuple(tensor.shape)}."
+        )
+    tensor = tensor.to(torch.int64)
+    if tensor.numel() and int(tensor.min()) < 0:
+        position = int(torch.argmin(tensor))
+        raise ValueError(f"lengths[{position}]={int(tensor[position])} is negative.")
+    return tensor
+
+
+def pack_by_tokens(costs: np.ndarray, max_tokens: int, max_size: int | None = None) -> list[int]:
+    """Cuts a sequence of sample costs greedily into consecutive batches under a token budget.
+
+    A batch ``[i, j)`` is closed before the sample that would make ``size x longest`` exceed
+    ``max_tokens`` (or the size exceed ``max_size``). On a length-sorted sequence this gives the
+    fewest batches any grouping of these samples can have.
+
+    Args:
+        costs: Effective length of each sample, in order (every value in ``[1, max_tokens]``).
+        max_tokens: The budget for ``batch size x longest effective length``.
+        max_size: Largest batch, or None for no limit besides the budget.
+
+    Returns:
+        The batch sizes, in order, summing to ``len(costs)``.
+    """
+    sizes: list[int] = []
+    i, n = 0, len(costs)
+    while i < n:
+        window = max_tokens // int(costs[i])
+        if max_size is not None:
+            window = min(window, max_size)
+        part = costs[i : i + window]
+        cost = np.maximum.accumulate(part) * np.arange(1, len(part) + 1)
+        size = max(1, int(np.searchsorted(cost, max_tokens, side="right")))
+        sizes.append(size)
+        i += size
+    return sizes
+
+
+def split_into_pieces(batches: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """Splits batches into exactly ``count`` non-empty pieces, largest pieces first.
+
+    Each extra piece comes from halving (then thirding, ...) the batch whose pieces are
+    currently largest (ties: the batch split least, then the earliest); a batch's pieces stay
+    in its place and are contiguous, near-equal slices of it. Needs
+    ``len(batches) <= count <= total samples``.
+    """
+    extra = count - len(batches)
+    if extra <= 0:
+        return batches
+    parts = [1] * len(batches)
+    heap = [(-len(b), 1, i) for i, b in enumerate(batches) if len(b) > 1]
+    heapq.heapify(heap)
+    for _ in range(extra):
+        _, _, i = heapq.heappop(heap)
+        parts[i] += 1
+        if len(batches[i]) > parts[i]:
+            heapq.heappush(heap, (-math.ceil(len(batches[i]) / parts[i]), parts[i], i))
+    pieces: list[torch.Tensor] = []
+    for batch, k in zip(batches, parts, strict=True):
+        pieces.extend([batch] if k == 1 else torch.tensor_split(batch, k))
+    return pieces
+
+
+class BucketBatchSampler(IndexBatchSampler):
+    """Batches of similar lengths, by sample count or by token budget; DDP-even and resumable.
+
+    Yields int64 index tensors (positions ``0 .. len(lengths) - 1``), like
+    :class:`IndexBatchSampler`, of which it is a subclass (so Lightning keeps it under DDP).
+    Every epoch is computed from ``seed + epoch`` alone, identically on every rank:
+
+    1. **Order.** With ``shuffle``, a random permutation; else the given order.
+    2. **Buckets** (``bucket=True``). With ``shuffle``, the permutation is cut into pools of
+       about ``pool_batches`` batches and each pool is sorted by length (a stable sort, so equal
+       lengths stay in random order); without ``shuffle`` (evaluation), the whole split is
+       sorted by length, shortest first.
+    3. **Batches.** ``batch_by="samples"``: consecutive runs of ``batch_size`` (pools are whole
+       multiples of ``batch_size``, so only the very last batch can be short).
+       ``batch_by="tokens"``: consecutive runs, each as long as ``size x longest <= max_tokens``
+       allows (and ``size <= batch_size`` if given), never across a pool boundary. A sample's
+       length counts as at least 1 and is rounded up to ``pad_to_multiple_of``, so the budget
+       holds for the padded tensor itself.
+    4. **Batch order.** With ``shuffle`` and ``bucket``, the batches are shuffled.
+    5. **Ranks.** The epoch needs ``W x K`` batches for ``W`` ranks of ``K`` batches each. If it
+       has fewer, the largest batches are split in two (their halves stay adjacent) until it has
+       exactly ``W x K``; no sample is repeated or dropped. Batch ``j`` then goes to rank
+       ``j mod W``. Only when there are fewer samples than ``W x K`` (e.g. fewer samples than
+       ranks) do single-sample batches repeat samples from the start of the order;
+       :attr:`num_padded` counts them. With ``drop_last`` (samples only), the short batch and
+       the last ``(batches mod W)`` batches are dropped instead (:attr:`num_dropped`).
+
+    ``K`` is the same every epoch. By samples, ``K = ceil(ceil(N / batch_size) / W)`` (as for
+    :class:`IndexBatchSampler`). By tokens, the batch count of a shuffled epoch varies a little
+    with the pools, so ``K`` is fixed at construction from the larger count of epochs 0 and 1
+    plus a slack of 1% + 2 batches (none with a single pool, whose count never varies); an
+    epoch that still needs more batches is re-pooled with pools twice as large until it fits
+    (a full sort always fits: it needs the fewest batches).
+    Without ``shuffle`` every epoch is the same and ``K`` is exact.
+
+    Args:
+        lengths: Length (e.g. tokens) of each sample, ints >= 0.
+        batch_size: Samples per batch for ``batch_by="samples"``; for ``"tokens"`` an optional
+            cap on samples per batch (None: only the budget limits it).
+        batch_by: ``"samples"`` or ``"tokens"``.
+        max_tokens: The token budget per batch, required for ``batch_by="tokens"``.
+        bucket: Group samples of similar length (see above); False keeps plain random or
+            sequential batches. A shuffled token budget needs ``bucket=True``.
+        pool_batches: Batches per pool when bucketing a shuffled epoch. Larger pools pad less,
+            smaller pools mix more; pools are near-equal in size.
+        pad_to_multiple_of: Round lengths up to a multiple of this for the budget (match the
+            collate's ``pad_to_multiple_of``).
+        shuffle: New order every epoch; False gives the same batches every epoch.
+        drop_last: Drop the short batch and the batches that do not divide among ranks
+            (``batch_by="samples"`` only).
+        seed: Base seed; epoch ``e`` uses ``seed + e``.
+        num_replicas: World size (default: the process group's, else 1).
+        rank: Global rank (default: the process group's, else 0).
+
+    Raises:
+        ValueError: For bad arguments, or (``batch_by="tokens"``) a sample whose length alone
+            exceeds ``max_tokens``; the message gives its position and length.
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        batch_size: int | None = 32,
+        *,
+        batch_by: str = "samples",
+        max_tokens: int | None = None,
+        bucket: bool = True,
+        pool_batches: int = 1000,
+        pad_to_multiple_of: int | None = None,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        length_tensor = _as_lengths(lengths)
+        if batch_by not in BATCH_BY:
+            raise ValueError(f"batch_by={batch_by!r} is not accepted: use 'samples' or 'tokens'.")
+        by_tokens = batch_by == "tokens"
+        if by_tokens:
+            if max_tokens is None:
+                raise ValueError("batch_by='tokens' needs max_tokens (an int >= 1).")
+            check_positive_int(max_tokens, "max_tokens")
+            if batch_size is not None:
+                check_positive_int(batch_size, "batch_size")
+            if drop_last:
+                raise ValueError(
+                    "drop_last=True is not accepted with batch_by='tokens': token batches have "
+                    "no fixed size to complete; use batch_by='samples' to drop short batches."
+                )
+            if shuffle and not bucket:
+                raise ValueError(
+                    "batch_by='tokens' with shuffle=True needs bucket=True: a token budget over "
+                    "unsorted samples wastes most of it and has no stable batch count."
+                )
+        else:
+            if max_tokens is not None:
+                raise ValueError(
+                    f"max_tokens={max_tokens!r} has no effect with batch_by='samples': use "
+                    "batch_by='tokens' or drop max_tokens."
+                )
+            check_positive_int(batch_size, "batch_size")
+        check_positive_int(pool_batches, "pool_batches")
+        if pad_to_multiple_of is not None:
+            check_positive_int(pad_to_multiple_of, "pad_to_multiple_of")
+        for name, flag in (("bucket", bucket), ("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}={flag!r} is not accepted: use True or False.")
+        n = len(length_tensor)
+        super().__init__(
+            n,
+            batch_size or 1,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+        self.batch_size = batch_size
+        self.lengths = length_tensor
+        self.batch_by = batch_by
+        self.max_tokens = max_tokens
+        self.bucket = bucket
+        self.pool_batches = pool_batches
+        self.pad_to_multiple_of = pad_to_multiple_of
+        costs = np.maximum(length_tensor.numpy(), 1)
+        if pad_to_multiple_of:
+            costs = -(-costs // pad_to_multiple_of) * pad_to_multiple_of
+        self._costs = costs
+        if by_tokens and n and int(costs.max()) > max_tokens:
+            position = int(np.argmax(costs))
+            raise ValueError(
+                f"sample {position} has length {int(length_tensor[position])}"
+                + (f" ({int(costs[position])} padded)" if pad_to_multiple_of else "")
+                + f", more than max_tokens={max_tokens}: no batch can hold it. Raise max_tokens "
+                "or truncate the samples (e.g. TextDataModule(max_length=...))."
+            )
+        self._cache: tuple[int, list[torch.Tensor]] | None = None
+        world = self.num_replicas
+        self.num_dropped = 0
+        if not by_tokens:
+            full, short = divmod(n, self.batch_size)
+            if drop_last:
+                self._num_batches = full // world
+                self.num_dropped = n - self._num_batches * world * self.batch_size
+            else:
+                self._num_batches = math.ceil((full + (short > 0)) / world)
+        else:
+            target = len(self._global_batches(0, probe=True))
+            if shuffle and self._pool_samples() < n:  # several pools: the count varies a little
+                target = max(target, len(self._global_batches(1, probe=True)))
+                target += math.ceil(_TOKEN_SLACK[0] * target) + _TOKEN_SLACK[1]
+            self._num_batches = math.ceil(target / world)
+        self._total = self._num_batches * world
+        self._padded_total = 0 if drop_last else max(0, self._total - n)
+        self.num_samples = math.ceil(n / world)
+        self.total_size = self.num_samples * world
+
+    # ------------------------------------------------------------------ epoch construction
+    @property
+    def num_padded(self) -> int:
+        """Samples repeated on this rank per epoch (only when samples are fewer than batches)."""
+        first = self._total - self._padded_total
+        return sum(1 for j in range(first, self._total) if j % self.num_replicas == self.rank)
+
+    def _pool_bounds(self, n: int, pool_samples: int, align: int) -> list[int]:
+        """Near-equal pool boundaries over ``n`` samples, each pool a multiple of ``align``."""
+        units = math.ceil(n / align)
+        pools = max(1, math.ceil(units / max(1, pool_samples // align)))
+        per, extra = divmod(units, pools)
+        bounds, start = [0], 0
+        for p in range(pools):
+            start += (per + (p < extra)) * align
+            bounds.append(min(start, n))
+        return bounds
+
+    def _pool_samples(self) -> int:
+        if self.batch_by == "samples":
+            return self.pool_batches * self.batch_size
+        mean = float(self._costs.mean()) if len(self._costs) else 1.0
+        expected = max(1, int(self.max_tokens // math.ceil(mean)))
+        if self.batch_size is not None:
+            expected = min(expected, self.batch_size)
+        return self.pool_batches * expected
+
+    def _batches_of(self, order: torch.Tensor, bounds: list[int]) -> list[torch.Tensor]:
+        """Cuts an ordered index tensor into batches, never across a pool boundary."""
+        if self.batch_by == "samples":
+            return list(order.split(self.batch_size))
+        costs = self._costs[order.numpy()]
+        sizes: list[int] = []
+        for start, stop in itertools.pairwise(bounds):
+            sizes.extend(pack_by_tokens(costs[start:stop], self.max_tokens, self.batch_size))
+        return list(order.split(sizes))
+
+    def _global_batches(self, epoch: int, probe: bool = False) -> list[torch.Tensor]:
+        """All ranks' batches of ``epoch`` in order, before dealing (and before fitting the
+        count, when ``probe``)."""
+        n = self.dataset_size
+        if n == 0:
+            return []
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        if self.shuffle:
+            order = torch.randperm(n, generator=generator)
+        else:
+            order = torch.arange(n, dtype=torch.int64)
+        align = self.batch_size if self.batch_by == "samples" else 1
+        lengths = torch.from_numpy(self._costs)
+        pool_samples = self._pool_samples() if (self.shuffle and self.bucket) else max(n, 1)
+        while True:
+            pooled = self.bucket and pool_samples < n
+            bounds = self._pool_bounds(n, pool_samples, align) if pooled else [0, n]
+            if self.bucket:
+                pool_id = torch.bucketize(torch.arange(n), torch.tensor(bounds[1:]), right=True)
+                key = pool_id * (int(self._costs.max()) + 1) + lengths[order]
+                order_sorted = order[torch.sort(key, stable=True).indices]
+            else:
+                order_sorted = order
+            batches = self._batches_of(order_sorted, bounds)
+            fits = probe or self.batch_by == "samples" or len(batches) <= self._total
+            if fits or pool_samples >= n:
+                break
+            pool_samples *= 2  # too many batches for the fixed count: larger pools pad less
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches = batches[:-1]
+        if self.shuffle and self.bucket and len(batches) > 1:
+            batch_order = torch.randperm(len(batches), generator=generator).tolist()
+            batches = [batches[i] for i in batch_order]
+        return batches
+
+    def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
+        """Returns every rank's batches of ``epoch``: ``W x K`` index tensors; rank ``r`` gets
+        items ``r, r + W, ...``."""
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        batches = self._global_batches(epoch)
+        total = self._total
+        if self.drop_last:
+            batches = batches[:total]
+        elif len(batches) < total:
+            n = self.dataset_size
+            batches = split_into_pieces(batches, min(total, n))
+            if self._padded_total:
+                order = torch.cat(batches) if batches else torch.zeros(0, dtype=torch.int64)
+                repeat = torch.arange(self._padded_total) % max(1, n)
+                batches = batches + list(order[repeat].split(1))
+        self._cache = (epoch, batches)
+        return batches
+
+    def batches(self, epoch: int) -> list[torch.Tensor]:
+        """Returns this rank's batches of ``epoch`` (``len(self)`` index tensors)."""
+        return self.epoch_batches(epoch)[self.rank :: self.num_replicas]
+
+    def padding_efficiency(self, epoch: int = 0) -> float:
+        """Real tokens / padded tokens over every rank's batches of ``epoch``.
+
+        Padded tokens count ``size x longest`` per batch, with lengths rounded up to
+        ``pad_to_multiple_of``; 1.0 means no padding at all.
+        """
+        lengths = self.lengths
+        real = padded = 0
+        for batch in self.epoch_batches(epoch):
+            real += int(lengths[batch].sum())
+            longest = int(lengths[batch].max())
+            if self.pad_to_multiple_of:
+                longest = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+            padded += len(batch) * longest
+        return real / padded if padded else 1.0
+
+    # ------------------------------------------------------------------ state
+    def _digest(self) -> str:
+        return hashlib.sha1(self.lengths.numpy().tobytes()).hexdigest()[:16]
+
+    def state_dict(self, consumed_batches: int | None = None) -> dict[str, Any]:
+        """The position (see :meth:`IndexBatchSampler.state_dict`) plus the bucketing setup."""
+        state = super().state_dict(consumed_batches)
+        state.update(
+            batch_by=self.batch_by,
+            max_tokens=self.max_tokens,
+            bucket=self.bucket,
+            pool_batches=self.pool_batches,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            lengths_digest=self._digest(),
+        )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a saved position after checking that the batches would be the same.
+
+        Raises:
+            ValueError: If the lengths or any argument that shapes the batches differ.
+        """
+        mine = self.state_dict()
+        for key in ("batch_by", "max_tokens", "bucket", "pool_batches", "pad_to_multiple_of"):
+            if key in state and state[key] != mine[key]:
+                raise ValueError(
+                    f"cannot resume the batch order exactly: the checkpoint was saved with "
+                    f"{key}={state[key]!r}, this run has {key}={mine[key]!r}."
+                )
+        if "lengths_digest" in state and state["lengths_digest"] != mine["lengths_digest"]:
+            raise ValueError(
+                "cannot resume the batch order exactly: the sample lengths differ from the "
+                "checkpoint's (the data or its tokenization changed)."
+            )
+        super().load_state_dict(state)

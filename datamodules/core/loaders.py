@@ -1,0 +1,105 @@
+"""A DataLoader over whole-batch samplers whose position can be saved and restored.
+
+:class:`ResumableDataLoader` is a plain :class:`torch.utils.data.DataLoader` (``batch_size=None``,
+``sampler=`` an :class:`~datamodules.core.samplers.IndexBatchSampler`) with ``state_dict`` and
+``load_state_dict``. Lightning saves those in every checkpoint and restores them before the
+resumed epoch starts, so the resumed run yields exactly the batches not yet used.
+
+What "used" means is the subtle part. Lightning fetches one batch ahead of the training step,
+and worker processes run further ahead still, so neither the sampler's nor the loader's
+count of handed-out batches is what the model consumed. A DataModule driven by a Trainer
+therefore installs ``consumed_batches``: a callable returning how many batches the training
+loop has processed in the current epoch. Without it (a hand-written loop), the loader counts
+the batches its iterator has yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
+
+
+def passthrough(batch: Any) -> Any:
+    """Collate for datasets that already return whole batches: returns the batch unchanged."""
+    return batch
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose sampler position is part of ``state_dict``.
+
+    Args:
+        dataset: A dataset whose ``__getitem__`` takes an index tensor and returns a batch.
+        sampler: The batch sampler yielding index tensors.
+        reuse_batch_memory: With workers, send batches through a
+            :class:`~datamodules.core.shared_batches.SharedBatchPool` (default True): each worker
+            reuses a few shared-memory buffers instead of PyTorch allocating, mapping and
+            unmapping a fresh one per batch.
+        **kwargs: Other DataLoader arguments (``num_workers``, ``pin_memory``...).
+            ``batch_size`` is forced to None and ``collate_fn`` defaults to a passthrough.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: IndexBatchSampler,
+        reuse_batch_memory: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        kwargs["collate_fn"] = kwargs.get("collate_fn") or passthrough
+        kwargs["batch_size"] = None
+        kwargs.pop("shuffle", None)
+        kwargs.pop("drop_last", None)
+        kwargs.pop("batch_sampler", None)
+        #: The workers' reused batch buffers (None without workers or if disabled).
+        self.batch_pool: SharedBatchPool | None = attach_pool(kwargs, reuse_batch_memory)
+        self.reuse_batch_memory = reuse_batch_memory
+        super().__init__(dataset, sampler=sampler, **kwargs)
+        self.consumed_batches: Callable[[], int | None] | None = None
+        #: Called once per epoch, in the main process, when the last batch is in hand
+        #: (before it is yielded, so it runs even if the consumer stops at ``len(loader)``).
+        self.on_epoch_end: Callable[[], None] | None = None
+        self._yielded = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        sampler = self.sampler
+        resuming = getattr(sampler, "_resume_epoch", None) == getattr(sampler, "epoch", None)
+        self._yielded = sampler._resume_batch if resuming else 0
+        if self.num_workers == 0 and not self.pin_memory:
+            # In-process fast path: the same fetch and collate as DataLoader's single-process
+            # iterator, without its per-batch profiler record and bookkeeping (a third of the
+            # time of a whole tensor batch; see benchmarks/bench_tensor.py).
+            dataset, collate = self.dataset, self.collate_fn
+            batches: Iterator[Any] = (collate(dataset[index]) for index in sampler)
+        else:
+            batches = super().__iter__()
+        last = len(self)
+        try:
+            for batch in iterate_with_pool(batches, self.batch_pool, self.persistent_workers):
+                self._yielded += 1
+                if self._yielded == last and self.on_epoch_end is not None:
+                    self.on_epoch_end()
+                yield batch
+        except Exception:
+            # Stop the workers now, while they answer: left to the garbage collector (the
+            # traceback keeps the iterator in a cycle), DataLoader waits 5 s per worker.
+            shutdown = getattr(batches, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+                self._iterator = None  # a persistent iterator restarts its workers next time
+            raise
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns the sampler's position, counted in batches the training loop consumed."""
+        consumed = self.consumed_batches() if self.consumed_batches is not None else None
+        if consumed is None:
+            consumed = self._yielded
+        return {"sampler": self.sampler.state_dict(consumed_batches=consumed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores the sampler's position; the next iteration resumes the saved epoch."""
+        self.sampler.load_state_dict(state["sampler"])

@@ -1,0 +1,238 @@
+"""Batch samplers that yield whole batches of indices; DDP-aware and stateful.
+
+A loader built on these samplers uses ``DataLoader(dataset, sampler=batch_sampler,
+batch_size=None)``: each item the sampler yields is an int64 index tensor for one batch, and
+the dataset turns it into a batch in one call (one fancy-indexing call for tensors, one
+``collate`` over the decoded samples for files).
+
+The samplers subclass :class:`torch.utils.data.DistributedSampler` on purpose: Lightning
+leaves a loader's sampler alone only when it is an instance of that class. Any other sampler
+is replaced or wrapped under DDP, and a wrapped random sampler draws a different permutation
+on each rank, so the ranks' shares overlap. These samplers split the data across ranks
+themselves (disjoint shares, the same number of batches on every rank) and draw the same
+permutation on every rank from ``seed + epoch``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+
+
+def current_rank_and_world() -> tuple[int, int]:
+    """Returns (global rank, world size) of the initialised process group, else (0, 1)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name}={value!r} ({type(value).__name__}) is not accepted: use an int >= {minimum}."
+        )
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
+
+
+def even_batch_sizes(n_samples: int, n_batches: int, batch_size: int) -> list[int]:
+    """Cuts ``n_samples`` into exactly ``n_batches`` batches of at most ``batch_size``.
+
+    All batches are full except the last one; when a plain cut would leave the last batch
+    empty (a rank holding one sample fewer than another, at a batch boundary), the last two
+    batches share one batch's worth, so that no batch is empty.
+
+    Args:
+        n_samples: Samples to place; must satisfy ``n_batches <= n_samples``.
+        n_batches: Batches to produce.
+        batch_size: Largest batch.
+
+    Returns:
+        The batch sizes, summing to ``n_samples``.
+    """
+    if n_batches == 0:
+        return []
+    if not n_batches <= n_samples <= n_batches * batch_size:
+        raise ValueError(
+            f"cannot cut {n_samples} samples into {n_batches} non-empty batches of at most "
+            f"{batch_size}."
+        )
+    last = n_samples - batch_size * (n_batches - 1)
+    if last >= 1:
+        return [batch_size] * (n_batches - 1) + [last]
+    # A share one sample short of a batch boundary: the last two batches split one batch.
+    # Filling greedily from the front, each batch takes what the remaining ones can spare.
+    sizes = []
+    remaining = n_samples
+    for slot in range(n_batches):
+        left_after = n_batches - slot - 1
+        size = min(batch_size, remaining - left_after)
+        if left_after == 1:
+            size = min(size, (remaining + 1) // 2)
+        sizes.append(size)
+        remaining -= size
+    return sizes
+
+
+class IndexBatchSampler(DistributedSampler):
+    """Yields int64 index tensors, one per batch, for this rank's share of ``num_samples``.
+
+    Every epoch, one permutation of ``range(num_samples)`` is drawn from ``seed + epoch``
+    (identical on every rank); rank ``r`` of ``W`` takes positions ``r, r + W, r + 2W, ...``.
+    Shares are disjoint and cover every sample once. Each rank yields the same number of
+    batches: ``ceil(ceil(N / W) / batch_size)`` (``floor(floor(N / W) / batch_size)`` with
+    ``drop_last``). When a rank holds one sample fewer at a batch boundary, its last two
+    batches share the remainder. Only when a rank would hold fewer samples than batches
+    (``N < W`` or ``batch_size == 1`` with ``N % W != 0``) is a rank topped up with samples
+    from the start of the permutation; :attr:`num_padded` says how many.
+
+    The sampler is stateful: :meth:`state_dict` records the epoch and how many batches were
+    consumed, and after :meth:`load_state_dict` the next iteration of that epoch starts at the
+    first batch not yet consumed.
+
+    Args:
+        num_samples: Length of the split being sampled.
+        batch_size: Samples per batch on each rank.
+        shuffle: Draw a new permutation every epoch; else keep the order.
+        drop_last: Drop each rank's last incomplete batch (the same count on every rank).
+        seed: Base seed; the permutation of epoch ``e`` comes from ``seed + e``.
+        num_replicas: World size; defaults to the initialised process group's, else 1.
+        rank: Global rank; defaults to the initialised process group's, else 0.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        check_positive_int(num_samples, "num_samples", 0)
+        check_positive_int(batch_size, "batch_size")
+        default_rank, default_world = current_rank_and_world()
+        world = default_world if num_replicas is None else num_replicas
+        rank = default_rank if rank is None else rank
+        check_positive_int(world, "num_replicas")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank={rank!r} is not accepted: use 0 <= rank < {world}.")
+        # DistributedSampler.__init__ needs a dataset and a process group; set its fields here.
+        self.dataset_size = num_samples
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        self.num_replicas = world
+        self.rank = rank
+        self.epoch = 0
+        self._resume_epoch: int | None = None
+        self._resume_batch = 0
+        self._consumed = 0
+        self._consumed_epoch = 0
+        if drop_last:
+            per_rank = num_samples // world
+            self._num_batches = per_rank // batch_size
+        else:
+            per_rank = math.ceil(num_samples / world)
+            self._num_batches = math.ceil(per_rank / batch_size)
+        self.num_samples = per_rank  # DistributedSampler's attribute: samples per rank (max)
+        self.total_size = per_rank * world
+
+    @property
+    def num_padded(self) -> int:
+        """Samples repeated on this rank per epoch to give it a non-empty batch per slot."""
+        if self.drop_last:
+            return 0
+        return max(0, self._num_batches - self._share_size())
+
+    def _share_size(self) -> int:
+        n, w, r = self.dataset_size, self.num_replicas, self.rank
+        return n // w + (1 if r < n % w else 0)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (the same on every rank)."""
+        return self._num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch, which seeds the permutation (Lightning calls this every epoch)."""
+        self.epoch = epoch
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """Returns the epoch's order of all sample indices (the same on every rank)."""
+        if not self.shuffle:
+            return torch.arange(self.dataset_size, dtype=torch.int64)
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.dataset_size, generator=generator)
+
+    def batches(self, epoch: int) -> list[torch.Tensor]:
+        """Returns this rank's batches of ``epoch`` as index tensors (views, no copies)."""
+        perm = self.permutation(epoch)
+        share = perm[self.rank :: self.num_replicas]
+        n_batches = self._num_batches
+        if self.drop_last:
+            share = share[: n_batches * self.batch_size]
+            return list(share.split(self.batch_size)) if n_batches else []
+        padded = self.num_padded
+        if padded:
+            share = torch.cat([share, perm[:padded]])
+        sizes = even_batch_sizes(len(share), n_batches, self.batch_size)
+        return list(share.split(sizes))
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        epoch = self.epoch
+        start = 0
+        if self._resume_epoch is not None:
+            if self._resume_epoch == epoch:
+                start = self._resume_batch
+            self._resume_epoch = None
+        batches = self.batches(epoch)
+        self._consumed_epoch = epoch
+        for i in range(start, len(batches)):
+            self._consumed = i + 1
+            yield batches[i]
+
+    def state_dict(self, consumed_batches: int | None = None) -> dict[str, Any]:
+        """Returns the position to resume from.
+
+        Args:
+            consumed_batches: Batches of the current epoch that were used; defaults to the
+                number this sampler has yielded (which, with worker processes prefetching, can
+                be ahead of what the training loop has used).
+        """
+        return {
+            "epoch": self._consumed_epoch if consumed_batches is None else self.epoch,
+            "batches_consumed": self._consumed if consumed_batches is None else consumed_batches,
+            "num_samples": self.dataset_size,
+            "batch_size": self.batch_size,
+            "num_replicas": self.num_replicas,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a position saved by :meth:`state_dict`; the next epoch-matching iteration
+        starts at the first batch not yet consumed.
+
+        Raises:
+            ValueError: If the saved sampler differs in a way that changes the batches
+                (dataset length, batch size, world size, seed, shuffle or drop_last).
+        """
+        for key in ("num_samples", "batch_size", "num_replicas", "seed", "shuffle", "drop_last"):
+            mine = self.state_dict()[key]
+            if key in state and state[key] != mine:
+                raise ValueError(
+                    f"cannot resume the batch order exactly: the checkpoint was saved with "
+                    f"{key}={state[key]!r}, this run has {key}={mine!r}."
+                )
+        self._resume_epoch = int(state["epoch"])
+        self._resume_batch = int(state["batches_consumed"])
+        self.epoch = self._resume_epoch

@@ -1,0 +1,117 @@
+"""Tensors on raw storage: views of a given buffer, small tensors sent by value, and the
+main process's reused batch buffers.
+
+The low-level half of :mod:`datamodules.core.shared_batches`:
+
+* :func:`tensor_on`: a tensor of any dtype, shape and strides on an existing storage;
+* :class:`InlineTensor`: a small tensor pickled by value (as a NumPy array when it is
+  contiguous), cheaper than a shared-memory segment and a socket round trip;
+* :class:`LocalBuffers`: batch buffers of the main process, reused once nothing refers to
+  them (a fresh 9.6 MB buffer costs about 2,400 page faults the first time it is written).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def use_count(storage: torch.UntypedStorage) -> int:
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
+def dense_strides(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``empty_like(tensor)`` would get: the tensor's own if it is dense."""
+    return torch.empty_like(tensor, device="meta").stride()
+
+
+def tensor_on(storage: torch.UntypedStorage, dtype, size, stride, offset=0) -> torch.Tensor:
+    return torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)
+
+
+def rebuild_inline(data: Any, dtype: torch.dtype | None = None, size=None, stride=None):
+    if dtype is None:  # a contiguous tensor's NumPy array (writable: unpickled)
+        return torch.from_numpy(data)
+    if not data:
+        return torch.empty_strided(size, stride, dtype=dtype)
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
+    return flat.as_strided(size, stride)
+
+
+class InlineTensor:
+    """A small tensor sent by value (as a NumPy array when it is contiguous: the cheapest)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        if tensor.dtype in NUMPY_DTYPES and tensor.is_contiguous():
+            self.args = (tensor.numpy(),)
+            return
+        dense = tensor
+        if not (
+            tensor.storage_offset() == 0
+            and tensor.stride() == dense_strides(tensor)
+            and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        ):
+            dense = torch.empty_like(tensor)
+            dense.copy_(tensor)
+        storage = dense.untyped_storage()
+        raw = tensor_on(storage, torch.uint8, (storage.nbytes(),), (1,))
+        self.args = (raw.numpy().tobytes(), tensor.dtype, tuple(tensor.shape), dense.stride())
+
+    def __reduce__(self):
+        return rebuild_inline, self.args
+
+
+NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
+
+
+def nbytes_of(size: Sequence[int], dtype: torch.dtype) -> int:
+    return max(1, int(np.prod(size, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size())
+
+
+class LocalBuffers:
+    """Batch buffers of the main process, reused once nothing refers to them.
+
+    A fresh 9.6 MB buffer costs about 2,400 page faults (1-3 ms here) the first time it is
+    written; reusing a dead batch's memory costs none.
+    """
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self.lock = threading.Lock()
+        self.buffers: list[torch.UntypedStorage] = []
+
+    def take(self, nbytes: int, dtype: torch.dtype, size, stride) -> torch.Tensor:
+        """A tensor on a free buffer of ``nbytes`` (a new one if none is free)."""
+        with self.lock:  # the tensor is made under the lock: its buffer is then taken
+            for storage in self.buffers:
+                if storage.nbytes() == nbytes and use_count(storage) == 1:
+                    return tensor_on(storage, dtype, size, stride)
+            storage = torch.UntypedStorage(nbytes)
+            if len(self.buffers) >= self.keep:
+                self.buffers = [b for b in self.buffers if use_count(b) > 1]
+            if len(self.buffers) < self.keep:
+                self.buffers.append(storage)
+            return tensor_on(storage, dtype, size, stride)
+
+
+local_buffers = LocalBuffers()

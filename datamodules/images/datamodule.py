@@ -1,0 +1,366 @@
+"""ImageFolderDataModule: class-folder images, decoded fast, uint8 to the device.
+
+Pipeline per batch: the sampler picks the batch's indices; a worker decodes each file with
+:func:`~datamodules.images.decoding.decode_image` (TorchCodec for JPEG/PNG/WebP/GIF, Pillow for the
+rest) into a uint8 tensor, applies the split's ``torchvision.transforms.v2`` transforms on
+that uint8 tensor, and writes each result into the batch, uint8 ``(B, 3, H, W)``
+(channels-last in memory, which uint8 resizing and cuDNN both prefer), allocated in a
+shared-memory buffer the worker reuses (:mod:`datamodules.core.shared_batches`). Conversion
+to float and normalisation happen in :meth:`ImageFolderDataModule.on_after_batch_transfer`,
+on the Trainer's device, where it is cheapest, and the worker queue, pinned memory and
+host-to-device copy carry a quarter of the bytes of float32.
+
+Extension point: override :meth:`ImageFolderDataModule.find_samples` to list samples some
+other way (e.g. a CSV of ``path,label``); it returns an
+:class:`~datamodules.images.index.ImageFolderIndex`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datamodules.core.base import BaseDataModule
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.views import SplitView
+from datamodules.images.batches import ImageBatchView, SkipLog
+from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
+from datamodules.images.transforms import RandomResizedCropFlip, ResizeCenterCrop
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+ON_ERROR = ("raise", "skip")
+
+
+def default_train_transforms(image_size: int) -> RandomResizedCropFlip:
+    """RandomResizedCrop to ``image_size`` and a horizontal flip, on uint8 tensors."""
+    return RandomResizedCropFlip(image_size)
+
+
+def default_eval_transforms(image_size: int) -> ResizeCenterCrop:
+    """Resize the short side to ``image_size / 0.875``, then CenterCrop ``image_size``."""
+    return ResizeCenterCrop(image_size)
+
+
+class BalancedBatchSampler(IndexBatchSampler):
+    """Draws each epoch's samples with replacement so that every class is equally likely.
+
+    The draw comes from ``seed + epoch`` and is identical on every rank, which then takes its
+    disjoint share of the draw exactly as :class:`IndexBatchSampler` does (same batch count on
+    every rank). An epoch has as many draws as the split has samples.
+
+    Args:
+        labels: The class of each sample of the split.
+        batch_size: Samples per batch on each rank.
+        **kwargs: As for :class:`IndexBatchSampler` (``shuffle`` is implied).
+    """
+
+    def __init__(self, labels: torch.Tensor, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(len(labels), batch_size, **kwargs)
+        counts = torch.bincount(labels)
+        self.weights = (1.0 / counts.clamp(min=1).double())[labels]
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.multinomial(self.weights, self.dataset_size, True, generator=generator)
+
+
+class ImageFolderDataModule(BaseDataModule):
+    """Images in class folders (``root/<class>/<image>``), as torchvision's ImageFolder.
+
+    ``dm.classes``, ``dm.class_to_idx`` and ``dm.samples`` equal those of
+    ``torchvision.datasets.ImageFolder(root)`` for the same folder. Batches are
+    ``(images, targets)``: uint8 ``(B, 3, image_size, image_size)`` out of the loader, float
+    (normalised if ``normalize``) after the Trainer moves them to the device.
+
+    Args:
+        root: The folder with one sub-folder per class.
+        val_root: A folder of the same layout used as the validation split (instead of
+            ``val_split``).
+        test_root: The same for the test split.
+        image_size: Side of the square images the default transforms produce.
+        normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
+        mean: Per-channel mean (ImageNet's by default).
+        std: Per-channel standard deviation (ImageNet's by default).
+        on_error: ``"raise"`` (default) or ``"skip"`` unreadable files (skips are counted,
+            listed in ``dm.skipped`` and reported in a warning at the end of each epoch).
+        balanced: Sample classes equally in training (weighted draws with replacement).
+        stratify: Keep class proportions in the random split (default True).
+        extensions: Accepted file extensions (default: torchvision's).
+        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`.
+            Here ``train_transforms`` is a transform on uint8 ``(3, H, W)`` tensors for
+            training (default RandomResizedCrop(image_size) + RandomHorizontalFlip) and
+            ``eval_transforms`` the same for val/test/predict (default Resize + CenterCrop).
+    """
+
+    work = "decode"
+    hparams_ignore = (*BaseDataModule.hparams_ignore,)
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        val_root: str | None = None,
+        test_root: str | None = None,
+        image_size: int = 224,
+        normalize: bool = True,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        on_error: str = "raise",
+        balanced: bool = False,
+        stratify: bool = True,
+        extensions: Sequence[str] = IMG_EXTENSIONS,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("splits") is not None and stratify:
+            stratify = False  # explicit indices leave nothing to stratify
+        super().__init__(stratify=stratify, **kwargs)
+        for name, value in (("root", root), ("val_root", val_root), ("test_root", test_root)):
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"{name}={value!r} is not accepted: use a folder path.")
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise ValueError(f"image_size={image_size!r} is not accepted: use an int >= 1.")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r} is not accepted: use one of {ON_ERROR}.")
+        for name, stats in (("mean", mean), ("std", std)):
+            if len(stats) != 3:
+                raise ValueError(f"{name}={stats!r} is not accepted: give 3 values (R, G, B).")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+        if not isinstance(balanced, bool):
+            raise TypeError(f"balanced={balanced!r} is not accepted: use True or False.")
+        self.root = os.fspath(root)
+        self.val_root = None if val_root is None else os.fspath(val_root)
+        self.test_root = None if test_root is None else os.fspath(test_root)
+        self.image_size = image_size
+        self.normalize = normalize
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.on_error = on_error
+        self.balanced = balanced
+        self.extensions = tuple(extensions)
+        if self.train_transforms is None:
+            self.train_transforms = default_train_transforms(image_size)
+        if self.eval_transforms is None:
+            self.eval_transforms = default_eval_transforms(image_size)
+        self.skip_log: SkipLog | None = None
+        self.index: ImageFolderIndex | None = None
+
+    # ------------------------------------------------------------------ data
+    def find_samples(self) -> ImageFolderIndex:
+        """Lists the samples of ``root``. Override to read them from elsewhere (e.g. a CSV).
+
+        Returns:
+            An :class:`~datamodules.images.index.ImageFolderIndex` (paths, class indices, classes).
+        """
+        return scan_image_folder(self.root, self.extensions)
+
+    def build_dataset(self) -> ImageFolderIndex:
+        self.index = self.find_samples()
+        if not isinstance(self.index, ImageFolderIndex):
+            raise TypeError(
+                f"find_samples() returned {type(self.index).__name__}: return an ImageFolderIndex."
+            )
+        if self.on_error == "skip":
+            self.skip_log = SkipLog()
+        return self.index
+
+    def split_sources(self) -> dict[str, ImageFolderIndex]:
+        sources = {}
+        for split, folder in (("val", self.val_root), ("test", self.test_root)):
+            if folder is None:
+                continue
+            index = scan_image_folder(folder, self.extensions, allow_empty=True)
+            assert self.index is not None
+            unknown = sorted(set(index.classes) - set(self.index.classes))
+            if unknown:
+                raise ValueError(
+                    f"{split}_root={folder!r} has classes {unknown} that root={self.root!r} lacks."
+                )
+            remap = np.asarray([self.index.class_to_idx[c] for c in index.classes], np.int64)
+            sources[split] = ImageFolderIndex(
+                index.paths,
+                remap[index.targets],
+                self.index.classes,
+                root=folder,
+            )
+        return sources
+
+    def labels(self) -> torch.Tensor:
+        assert self.index is not None
+        return torch.from_numpy(self.index.targets)
+
+    def make_view(self, split: str, dataset: ImageFolderIndex, indices: torch.Tensor) -> SplitView:
+        return ImageBatchView(
+            dataset, indices, self.transform_for(split), self.on_error, self.skip_log
+        )
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        if split == "train" and self.balanced:
+            assert isinstance(view, ImageBatchView)
+            labels = torch.from_numpy(view.index.targets)[view.indices]
+            return BalancedBatchSampler(
+                labels,
+                self.batch_size,
+                drop_last=self.drop_last,
+                seed=self.shuffle_seed,
+                num_replicas=world,
+                rank=rank,
+            )
+        return super().make_sampler(split, view, rank, world)
+
+    def make_loader(self, split: str) -> Any:
+        loader = super().make_loader(split)
+        if self.skip_log is not None:
+            loader.on_epoch_end = self.report_skipped
+        return loader
+
+    # ------------------------------------------------------------------ public views
+    @property
+    def classes(self) -> list[str]:
+        """Class names, sorted (the sub-folder names of ``root``)."""
+        self._require_setup()
+        assert self.index is not None
+        return self.index.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """Class name -> class index."""
+        self._require_setup()
+        assert self.index is not None
+        return self.index.class_to_idx
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """Every ``(path, class index)`` of ``root``, in torchvision's order."""
+        self._require_setup()
+        assert self.index is not None
+        return self.index.samples
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        """(path, reason) of every file skipped so far with ``on_error="skip"``."""
+        if self.skip_log is None:
+            return []
+        self.skip_log.read_new()
+        return list(self.skip_log.total)
+
+    def report_skipped(self) -> None:
+        """Warns about the files skipped since the last report (called at each epoch's end)."""
+        if self.skip_log is None:
+            return
+        new = self.skip_log.read_new()
+        if new:
+            shown = "; ".join(f"{path} ({reason})" for path, reason in new[:5])
+            more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+            warnings.warn(
+                f"ImageFolderDataModule skipped {len(new)} unreadable file(s) this epoch "
+                f"(on_error='skip'): {shown}{more}. All of them: dm.skipped.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    # ------------------------------------------------------------------ device side
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Converts uint8 images to float in [0, 1] and normalises them, on the device."""
+        if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor):
+            images = batch[0]
+            if images.dtype == torch.uint8:
+                return (self.to_float(images), *batch[1:])
+        return batch
+
+    def to_float(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
+        out = images.float().div_(255.0)
+        if self.normalize:
+            mean = torch.tensor(self.mean, device=out.device).view(1, 3, 1, 1)
+            std = torch.tensor(self.std, device=out.device).view(1, 3, 1, 1)
+            out.sub_(mean).div_(std)
+        return out
+
+    # ------------------------------------------------------------------ look at the data
+    def show_batch(self, path: str | os.PathLike[str], max_images: int = 32) -> Path:
+        """Writes a PNG grid of one train batch, after augmentation, with class names.
+
+        The first batch of epoch 0 (only its first ``max_images`` images are decoded), drawn
+        by :meth:`plot_batch`.
+
+        Args:
+            path: The PNG file to write.
+            max_images: At most this many images of the batch.
+
+        Returns:
+            The path written.
+        """
+        self.setup("fit")
+        view = self.view("train")
+        first_batch = self.make_sampler("train", view, 0, 1).batches(0)[0][:max_images]
+        return self.plot_batch(view[first_batch], path, split="train", max_images=max_images)
+
+    def describe_data(self) -> list[str]:
+        """Per split (``val_root``/``test_root`` ones too): the sample count and each class's
+        count, by class name."""
+        from datamodules.tools.descriptions import describe_datamodule
+
+        indices = self._require_setup()
+        labels = {
+            split: torch.from_numpy(self.split_datasets[split].targets)[idx]
+            for split, idx in indices.items()
+        }
+        return describe_datamodule(self, names=self.classes, split_labels=labels)
+
+    def plot_batch(
+        self,
+        batch: Any,
+        path: str | os.PathLike[str],
+        *,
+        split: str = "train",
+        max_images: int = 64,
+    ) -> Path:
+        """Writes a PNG grid of a batch's images with their class names.
+
+        Args:
+            batch: ``(images, targets)``: uint8 from the loader (as transformed for the split)
+                or float from the device.
+            path: The PNG file to write.
+            split: The split the batch came from (named in the title).
+            max_images: At most this many images of the batch.
+
+        Returns:
+            The path written.
+        """
+        from datamodules.tools.pictures import plot_image_grid
+
+        images, targets = batch[0], batch[1]
+        shown = min(len(images), max_images)
+        height, width = images.shape[-2:]
+        augmented = " (augmented)" if split == "train" else ""
+        title = (
+            f"{type(self).__name__}: {shown} {split} images of one batch, "
+            f"{str(images.dtype).replace('torch.', '')} {height}x{width}, "
+            f"after the {split} transforms{augmented}"
+        )
+        return plot_image_grid(
+            images, path, targets, names=self.classes, title=title, max_images=max_images
+        )
+
+    def extra_summary(self) -> list[str]:
+        if self.index is None:
+            return []
+        counts = np.bincount(self.index.targets, minlength=len(self.index.classes))
+        per_class = ", ".join(f"{c}={n}" for c, n in zip(self.index.classes, counts, strict=True))
+        lines = [f"  classes: {len(self.index.classes)} ({per_class[:300]})"]
+        scaled = "float, normalised" if self.normalize else "float in [0, 1]"
+        lines.append(
+            f"  images: uint8 {self.image_size}x{self.image_size} out of the loader, {scaled} "
+            f"on the device; on_error={self.on_error!r}"
+        )
+        if self.skip_log is not None:
+            lines.append(f"  skipped so far: {len(self.skipped)} file(s)")
+        return lines

@@ -1,0 +1,247 @@
+"""Image decoding: any image file to a ``uint8`` RGB tensor, or an error naming the file.
+
+* :func:`decode_image` turns any image file into a ``uint8`` tensor of shape ``(3, H, W)``
+  (contiguous, or channels-last on request). JPEG, PNG, WebP and GIF go through
+  TorchCodec's image decoders (``torchcodec.decoders.decode_jpeg`` & co.: libjpeg-turbo,
+  libpng, libwebp, giflib; no FFmpeg needed); every other format (BMP, TIFF, PPM/PGM,
+  ...) goes through Pillow. The format is sniffed from the file's first bytes, not from
+  its extension.
+
+The folder index (:func:`~datamodules.images.index.scan_image_folder`) is in
+:mod:`datamodules.images.index`.
+
+Colour handling in :func:`decode_image` (the same for both decoders):
+
+* grayscale and palette images are expanded to RGB (palette colours looked up);
+* alpha is **dropped**, not composited: a transparent pixel keeps the colour stored
+  under it. This is what ``PIL.Image.convert("RGB")`` (torchvision's ``pil_loader``)
+  and TorchCodec's ``mode="RGB"`` both do, so pixels match torchvision ImageFolder's;
+* CMYK is converted with Pillow's formula (TorchCodec uses the same one);
+* 16-bit samples (16-bit PNG, TIFF/PNM mode ``"I;16"``, 16-bit PGM opened as mode
+  ``"I"``) are scaled to 8 bits with rounding, ``round(v * 255 / 65535)``, not clipped.
+  Pillow's 32-bit mode ``"I"`` is read as 16-bit data (clamped to 0..65535) and mode
+  ``"F"`` (float) uses Pillow's own conversion (values clipped to 0..255);
+* animated GIF/WebP and multi-page TIFF: the first frame;
+* the EXIF orientation tag is applied (TorchCodec does it for JPEG/PNG/WebP; for the
+  Pillow formats it is read from the file and applied with torch flips/transposes).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+# The value of ``torchvision.datasets.folder.IMG_EXTENSIONS`` (torchvision 0.29), copied so
+# that importing this module does not import torchvision.datasets; a test checks they agree.
+
+
+PathLike = str | os.PathLike
+
+__all__ = ["ImageDecodeError", "decode_image"]
+
+
+class ImageDecodeError(OSError):
+    """An image file could not be read or decoded.
+
+    A subclass of :class:`OSError`, like Pillow's ``UnidentifiedImageError`` and its
+    "image file is truncated" error, so ``except OSError`` written for a PIL loader keeps
+    working. The message names the file and the cause; both are also attributes.
+
+    The constructor takes the finished message as its only positional argument, so that
+    PyTorch's DataLoader can re-raise it in the main process with the worker's traceback.
+
+    Attributes:
+        path: The file that failed (None when unknown).
+        reason: What went wrong, e.g. ``"file is empty (0 bytes)"``.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+    @classmethod
+    def for_file(cls, path: str, reason: str) -> ImageDecodeError:
+        """Build the error for ``path`` with a message naming the file and the cause."""
+        return cls(f"cannot decode image {path!r}: {reason}", path=path, reason=reason)
+
+    def __reduce__(self):  # keep path/reason when pickled (multiprocessing)
+        return (_rebuild_decode_error, (str(self), self.path, self.reason))
+
+
+def _rebuild_decode_error(message: str, path: str | None, reason: str | None) -> ImageDecodeError:
+    return ImageDecodeError(message, path=path, reason=reason)
+
+
+# --------------------------------------------------------------------------- decoding
+
+_TORCHCODEC_FORMATS = ("jpeg", "png", "gif", "webp")
+# TorchCodec prefixes its errors with "function, /path/to/File.cpp:123, ": drop that part.
+_CPP_LOCATION = re.compile(r"^(?:\w+, )?\S+\.cpp:\d+, ")
+_EXIF_ORIENTATION = 0x0112
+_decoders: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def _sniff_format(head: bytes) -> str | None:
+    """The TorchCodec format of encoded data from its magic bytes, or None (-> Pillow)."""
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def _torchcodec_decoder(fmt: str) -> Callable[..., torch.Tensor]:
+    """The TorchCodec decode function for ``fmt``, imported on first use."""
+    fn = _decoders.get(fmt)
+    if fn is None:
+        from torchcodec import decoders
+
+        for name in _TORCHCODEC_FORMATS:
+            _decoders[name] = getattr(decoders, f"decode_{name}")
+        fn = _decoders[fmt]
+    return fn
+
+
+def decode_image(path: PathLike, *, channels_last: bool = False) -> torch.Tensor:
+    """Read and decode one image file into a ``uint8`` tensor ``(3, H, W)``.
+
+    JPEG, PNG, WebP and GIF are decoded by TorchCodec; every other format by Pillow. The
+    format is detected from the file's content, so a PNG named ``.jpg`` still decodes.
+    Grayscale, palette, RGBA (alpha dropped, not composited), CMYK and 16-bit images all
+    come out as 3-channel ``uint8`` (16-bit scaled with rounding); the EXIF orientation is
+    applied; animated images give their first frame. See the module docstring for details.
+
+    Truncated files raise: TorchCodec treats running out of data as an error for all four of
+    its formats (a JPEG missing only its final EOI marker included), and Pillow raises
+    "image file is truncated" unless ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` was set to True
+    by the caller.
+
+    Memory layout: by default the result is contiguous (``C, H, W`` in memory). The decoders
+    produce pixels interleaved (``H, W, C`` in memory), so this costs one copy (done with
+    numpy, about twice as fast as ``Tensor.contiguous()`` for this permutation). With
+    ``channels_last=True`` the result keeps the interleaved layout, i.e. strides
+    ``(1, 3 * W, 3)``, at no cost; torchvision's uint8 ``resize`` runs about twice as fast
+    on that layout, and ``stack_uint8_images(..., memory_format=torch.channels_last)``
+    batches it with plain copies.
+
+    Args:
+        path: The image file.
+        channels_last: Return the interleaved layout described above instead of a
+            contiguous tensor.
+
+    Returns:
+        A ``torch.uint8`` tensor of shape ``(3, H, W)``: contiguous, or with channels-last
+        strides ``(1, 3 * W, 3)`` if ``channels_last``.
+
+    Raises:
+        ImageDecodeError: The file cannot be read (missing, unreadable, a directory), is
+            empty, is not an image, is truncated or corrupt. The message names the path
+            and the cause; the original exception is chained as ``__cause__``.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb", buffering=0) as file:  # one read; np.fromfile costs 3x more
+            data = bytearray(file.readall())
+    except OSError as exc:
+        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
+    if not data:
+        raise ImageDecodeError.for_file(path, "file is empty (0 bytes)")
+
+    fmt = _sniff_format(bytes(data[:12]))
+    try:
+        image = _decode_torchcodec(fmt, data) if fmt is not None else _decode_pillow(data)
+    except ImageDecodeError:
+        raise
+    except Exception as exc:  # decoders raise RuntimeError, ValueError, OSError, SyntaxError...
+        decoder = f"TorchCodec {fmt.upper()} decoder" if fmt else "Pillow"
+        message = _CPP_LOCATION.sub("", str(exc).strip()) or type(exc).__name__
+        raise ImageDecodeError.for_file(path, f"{decoder}: {message}") from exc
+    return _to_layout(image, channels_last)
+
+
+def _to_layout(image: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """``image`` (3, H, W) with contiguous or channels-last strides, copying only if needed."""
+    if channels_last:
+        if image.stride() == (1, 3 * image.shape[2], 3):  # TorchCodec's usual output
+            return image
+        hwc = image.permute(1, 2, 0)
+        if not hwc.is_contiguous():
+            hwc = torch.from_numpy(np.ascontiguousarray(hwc.numpy()))
+        return hwc.permute(2, 0, 1)
+    if image.is_contiguous():
+        return image
+    # numpy's strided copy is about 2x faster than Tensor.contiguous() for HWC -> CHW.
+    return torch.from_numpy(np.ascontiguousarray(image.numpy()))
+
+
+def _decode_torchcodec(fmt: str, data: bytearray) -> torch.Tensor:
+    decode = _torchcodec_decoder(fmt)
+    image = decode(torch.frombuffer(data, dtype=torch.uint8), mode="RGB")
+    if image.ndim == 4:  # animated GIF / WebP: (N, C, H, W) -> first frame
+        image = image[0]
+    # A CHW view of TorchCodec's HWC buffer (transposed/flipped views for EXIF rotations).
+    return image
+
+
+def _decode_pillow(data: bytearray) -> torch.Tensor:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        # Read after load(): some plugins (Pillow >= 13's TIFF) apply the orientation while
+        # loading and then drop the tag; the others leave it for us.
+        orientation = _pil_orientation(img)
+        mode = img.mode
+        if mode.startswith("I;16") or mode == "I":
+            # 16-bit (or Pillow's 32-bit "I", which holds 16-bit PGM/PNG data): scale with
+            # rounding, round(v * 255 / 65535), like libpng's png_set_scale_16.
+            wide = np.asarray(img).astype(np.int64)
+            gray = (np.clip(wide, 0, 65535) * 255 + 32767) // 65535
+            array = gray.astype(np.uint8)[:, :, None]
+        else:
+            array = np.array(img.convert("RGB") if mode != "RGB" else img)
+    if array.shape[2] == 1:
+        array = np.repeat(array, 3, axis=2)
+    return _apply_orientation(torch.from_numpy(array).permute(2, 0, 1), orientation)
+
+
+def _pil_orientation(img) -> int:
+    """The EXIF orientation (1-8) of a Pillow image, 1 when absent or unreadable."""
+    try:
+        value = img.getexif().get(_EXIF_ORIENTATION, 1)
+    except Exception:  # a broken EXIF block must not make a readable image fail
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _apply_orientation(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """Apply an EXIF orientation to a ``(C, H, W)`` tensor, as ``PIL.ImageOps.exif_transpose``.
+
+    1: as stored; 2: mirror left-right; 3: rotate 180; 4: mirror top-bottom; 5: transpose;
+    6: rotate 90 clockwise; 7: transverse; 8: rotate 90 counter-clockwise.
+    """
+    if orientation == 2:
+        return image.flip(2)
+    if orientation == 3:
+        return image.flip(1, 2)
+    if orientation == 4:
+        return image.flip(1)
+    if orientation == 5:
+        return image.transpose(1, 2)
+    if orientation == 6:
+        return image.transpose(1, 2).flip(2)
+    if orientation == 7:
+        return image.transpose(1, 2).flip(1, 2)
+    if orientation == 8:
+        return image.transpose(1, 2).flip(1)
+    return image

@@ -1,0 +1,17 @@
+"""Record streams: :class:`~datamodules.StreamingDataModule` and the sharded stream engine.
+
+* :mod:`~datamodules.streaming.datamodule`: the DataModule.
+* :mod:`~datamodules.streaming.stream`: :class:`~datamodules.streaming.stream.ShardedStream`,
+  exactly once across ranks and workers, resumable.
+* :mod:`~datamodules.streaming.loader`: :class:`~datamodules.streaming.loader.StreamLoader`.
+* :mod:`~datamodules.streaming.shuffle`: the bounded shuffle buffer and its replay.
+* :mod:`~datamodules.streaming.readers`: range readers of one shard.
+* :mod:`~datamodules.streaming.formats`: shard formats (JSONL, text, CSV) and finding shards.
+* :mod:`~datamodules.streaming.parquet`: Parquet shards, a row group at a time.
+* :mod:`~datamodules.streaming.index`: record counts and seek offsets, cached on disk
+  (:class:`~datamodules.streaming.shard_index.ShardIndex`).
+* :mod:`~datamodules.streaming.remote`: opening local and remote (fsspec) files.
+* :mod:`~datamodules.streaming.errors`: record and shard errors, the skip counter.
+* :mod:`~datamodules.streaming.batching`: the default collate of records.
+* :mod:`~datamodules.streaming.inspection`: what ``inspect`` shows for a stream.
+"""

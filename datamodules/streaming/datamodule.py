@@ -1,0 +1,497 @@
+"""StreamingDataModule: records streamed from shards, exactly once across ranks and workers.
+
+``StreamingDataModule(train_files, val_files, test_files)`` trains on more data than fits in
+memory, local or remote (``http(s)://``, ``s3://`` with s3fs, anything fsspec opens). Each
+``*_files`` is a path or URL, a glob, a directory, or a list of them; the format comes from
+the extension: ``.jsonl`` / ``.ndjson`` (optionally ``.gz`` / ``.zst``), ``.txt`` (a record
+per line), ``.csv`` (a dict per row) and ``.parquet`` (read a row group at a time).
+
+What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.ShardedStream`):
+
+* **Exactly once.** In one epoch every record of a split is delivered once across all DDP
+  ranks and DataLoader workers, however many shards there are and however uneven, and every
+  rank yields the same number of batches (DDP never hangs). Validation and test follow the
+  same rule. The record counts this needs are indexed once, in ``setup``, and cached on disk
+  (keyed by path, size and modification time; see :mod:`datamodules.streaming.index`).
+* **Shuffle.** The train split shuffles its shard order and its records (a bounded buffer of
+  ``shuffle_buffer`` records per worker) from ``shuffle_seed`` and the epoch. The same seed,
+  worker count and world size give the same batches. Eval splits are never shuffled nor
+  dropped: each batch is a run of consecutive records, in file order with ``num_workers=0``;
+  with several workers each worker reads a contiguous block of batches and the loader takes
+  one batch from each worker in turn, so blocks interleave (carry an id in the records to
+  pair predictions with them).
+* **Resume.** The train position (epoch, batches delivered) is in ``state_dict()`` and in the
+  loader's own state, which Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)``
+  from a mid-epoch checkpoint yields exactly the batches of that epoch not yet seen. A resume
+  with another world size, worker count, batch size, seed or other shards raises a
+  ``ValueError`` saying what differs (pin ``num_workers`` to an int to resume on other hardware).
+* **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker.
+* **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
+  shard that cannot be read raise an error naming the shard and the line; with
+  ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
+  reported in the log and the summary.
+
+Random splits do not apply to a stream: validation and test records come from ``val_files`` /
+``test_files``. ``val_split`` and ``test_split`` may stay at their defaults (or 0); any other
+value, ``splits`` or ``stratify=True`` raise.
+
+Extension points:
+
+* Override :meth:`StreamingDataModule.read_shard` (``path -> iterator of records``) to read a
+  new format; records are then counted by one pass of it (override :meth:`count_records` for
+  a faster count) and a worker whose range starts inside a shard reads up to that point.
+* Pass ``dataset_factory(split, rank, world_size) -> IterableDataset | None`` for sources that
+  are not files. That dataset is responsible for sharding across ranks and workers (see
+  :meth:`StreamingDataModule.__init__`); the module only maps, batches and collates it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch.utils.data import DataLoader, IterableDataset
+
+from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
+from datamodules.core.hardware import AUTO
+from datamodules.core.loaders import passthrough
+from datamodules.core.shared_batches import attach_pool
+from datamodules.streaming.arguments import (
+    check_files,
+    check_stream_arguments,
+    check_stream_split_arguments,
+)
+from datamodules.streaming.batching import BatchedIterable, Chain, stream_collate
+from datamodules.streaming.errors import SkipCounter
+from datamodules.streaming.formats import expand_files, read_records
+from datamodules.streaming.index import ShardIndex, index_shards
+from datamodules.streaming.inspection import SPLITS, StreamInspection
+from datamodules.streaming.loader import StreamLoader
+from datamodules.streaming.readers import ShardReader, SliceReader
+from datamodules.streaming.stream import ShardedStream
+
+__all__ = ["StreamingDataModule", "stream_collate"]
+
+# A list first, so that LightningCLI parses a JSON list as a list, not as one path.
+Files = Sequence[str | os.PathLike] | str | os.PathLike
+STAGE_SPLITS = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": ("test", "val"),
+}
+#: Lightning's advice for a dataset whose length it cannot trust; ours is exact.
+_ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
+#: torch's warning when workers outnumber CPUs.
+_MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
+
+
+class _ConsumedBatches:
+    """Asks the DataModule how many train batches the Trainer consumed, holding it weakly, so
+    that a loader never keeps its DataModule (and the Trainer) alive."""
+
+    def __init__(self, dm: StreamingDataModule) -> None:
+        self._dm = weakref.ref(dm)
+
+    def __call__(self) -> int | None:
+        dm = self._dm()
+        return None if dm is None else dm._consumed_batches()
+
+
+class StreamingDataModule(StreamInspection, BaseDataModule):
+    """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
+
+    Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
+    for dict records (``{"id": LongTensor (B,), "tokens": LongTensor (B, L)}`` for records
+    ``{"id": int, "tokens": list of ints}``), a list of strings for ``.txt`` lines.
+
+    Args:
+        train_files: Shards of the train split: a path or URL, a glob (``"data/*.jsonl"``,
+            ``"s3://bucket/train-*.parquet"``), a directory, or a list of them.
+        val_files: Shards of the validation split (None: no validation).
+        test_files: Shards of the test split (None: no test split).
+        transform: ``record -> sample``, applied in the workers to every split's records
+            (before ``train_transforms`` / ``eval_transforms``, which then act on samples).
+        collate: ``list of samples -> batch``; default :func:`stream_collate`.
+        shuffle_buffer: Records each worker holds to shuffle the train split (0 or 1: only the
+            shard order is shuffled). Memory grows with ``num_workers x shuffle_buffer``.
+        on_error: ``"raise"``: a bad record or unreadable shard raises, naming shard and line.
+            ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
+            every record once, in ``setup``.
+        fmt: Force the format of every shard (one of ``"jsonl"``, ``"txt"``, ``"csv"``,
+            ``"parquet"``) instead of reading it from the extension.
+        columns: Parquet only: the columns to read (None: all).
+        index_cache: Where shard indexes are cached: a directory, None for the default
+            (``$DATAMODULES_CACHE`` or ``~/.cache/datamodules``), False for memory only.
+        dataset_factory: Instead of files: ``dataset_factory(split, rank, world_size)``
+            returning an ``IterableDataset`` of records for ``"train"``, ``"val"`` or
+            ``"test"`` (or None: no such split). Its records are transformed, batched by
+            ``batch_size`` and collated here; everything else is the dataset's job: it must
+            give each rank (``rank`` of ``world_size``) and each DataLoader worker
+            (``torch.utils.data.get_worker_info()``) its own records, give every rank the same
+            number of batches under DDP (or DDP may hang), and shuffle. Its loaders have no
+            length and no resumable position: Lightning then warns that a mid-epoch resume
+            restarts the epoch.
+        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`
+            (``batch_size``, ``num_workers``, ``shuffle``, ``drop_last``, ``shuffle_seed``
+            ...). ``num_workers="auto"`` counts this as I/O work (2 per CPU, at most 16).
+
+    Raises:
+        TypeError, ValueError: For bad arguments, naming the argument and what is accepted.
+
+    Example:
+        >>> dm = StreamingDataModule("shards/train-*.jsonl", "shards/val.jsonl", batch_size=64)
+        >>> trainer.fit(model, datamodule=dm)  # doctest: +SKIP
+    """
+
+    work = "io"
+    hparams_ignore = (*BaseDataModule.hparams_ignore, "transform", "collate", "dataset_factory")
+
+    def __init__(
+        self,
+        train_files: Files | None = None,
+        val_files: Files | None = None,
+        test_files: Files | None = None,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+        collate: Callable[[list[Any]], Any] | None = None,
+        shuffle_buffer: int = 10_000,
+        on_error: str = "raise",
+        fmt: str | None = None,
+        columns: Sequence[str] | None = None,
+        index_cache: str | os.PathLike | bool | None = None,
+        dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        check_stream_split_arguments(self)
+        files = {
+            "train": check_files(train_files, "train_files"),
+            "val": check_files(val_files, "val_files"),
+            "test": check_files(test_files, "test_files"),
+        }
+        check_stream_arguments(
+            files,
+            transform=transform,
+            collate=collate,
+            dataset_factory=dataset_factory,
+            shuffle_buffer=shuffle_buffer,
+            on_error=on_error,
+            fmt=fmt,
+            columns=columns,
+            index_cache=index_cache,
+        )
+        self.files = files
+        self.transform = transform
+        self.collate_fn = collate
+        self.shuffle_buffer = shuffle_buffer
+        self.on_error = on_error
+        self.fmt = fmt
+        self.columns = list(columns) if columns is not None else None
+        self.index_cache = index_cache
+        self.dataset_factory = dataset_factory
+        #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
+        self.shards: dict[str, list[ShardIndex]] = {}
+        #: Bad records and unreadable shards left out under ``on_error="skip"``.
+        self.skipped = SkipCounter()
+        # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
+        # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
+        # live persistent workers freed that way never gets its stop signal to the workers:
+        # it waits 5 s per worker, then kills them. The stream holds no workers.
+        self._train_loader_ref: weakref.ref[StreamLoader] | None = None
+        self._train_stream: ShardedStream | None = None
+        self._pending_stream_state: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ extension points
+    def read_shard(self, path: str) -> Iterator[Any]:
+        """Yields the records of one shard. Override to read a new format.
+
+        The default reads the built-in formats (by extension, or ``fmt``) with ``on_error``
+        and ``columns``; an override may call it and post-process the records. An override
+        must yield the same records, in the same order, every time it is called; it runs in
+        the DataLoader workers (with the ``spawn`` start method the DataModule is pickled
+        there, without its Trainer and loaders).
+        """
+        return read_records(path, self.fmt, self.on_error, columns=self.columns)
+
+    def count_records(self, path: str) -> int:
+        """Number of records :meth:`read_shard` yields for ``path``; used only when
+        :meth:`read_shard` is overridden (default: one pass over it). Override for a faster
+        count (e.g. from a header)."""
+        return sum(1 for _ in self.read_shard(path))
+
+    def _custom_reader(self) -> bool:
+        return type(self).read_shard is not StreamingDataModule.read_shard
+
+    def collate(self, samples: list[Any]) -> Any:
+        """Turns a list of samples into a batch: ``collate=`` if given, else
+        :func:`stream_collate`."""
+        return (self.collate_fn or stream_collate)(samples)
+
+    def _collate_fn(self) -> Callable[[list[Any]], Any]:
+        # The function itself rather than the bound method, so that workers started with
+        # "spawn" need not unpickle the DataModule; an overridden collate() is honoured.
+        if type(self).collate is not StreamingDataModule.collate:
+            return self._detached().collate
+        return self.collate_fn or stream_collate
+
+    def transform_for(self, split: str) -> Callable[[Any], Any] | None:
+        """``transform`` then the split's ``train_transforms`` / ``eval_transforms``."""
+        fns = [f for f in (self.transform, super().transform_for(split)) if f is not None]
+        return None if not fns else fns[0] if len(fns) == 1 else Chain(*fns)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: str | None = None) -> None:
+        """Lists and indexes the shards of the splits ``stage`` needs (every split for None).
+
+        Each split is indexed once per DataModule (and each shard once per machine, through
+        the index cache); later calls return at once.
+
+        Raises:
+            ValueError: A ``*_files`` argument matches nothing, the train shards hold no
+                records, or (``on_error="raise"``) a shard cannot be read or a CSV row is bad.
+        """
+        if self.dataset_factory is not None:
+            return
+        for split in STAGE_SPLITS.get(stage or "", SPLITS):
+            self._index(split)
+
+    def _index(self, split: str) -> list[ShardIndex]:
+        if split in self.shards:
+            return self.shards[split]
+        given = self.files[split]
+        if given is None:
+            self.shards[split] = []
+            return []
+        name = f"{split}_files"
+        try:
+            paths = expand_files(given)
+        except ValueError as err:
+            raise ValueError(f"{name}={given!r}: {err}") from err
+        if self._custom_reader():
+            shards = [
+                ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
+            ]
+        else:
+            counter = SkipCounter()
+            shards = index_shards(paths, self.fmt, self.on_error, self.index_cache, counter)
+            if counter.counts or counter.unreadable:
+                for index in shards:
+                    self.skipped.add_index(index)
+                rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
+        if not sum(s.count for s in shards):
+            if split == "train":
+                raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
+            rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
+        self.shards[split] = shards
+        if split == "train":
+            self.fingerprint = self._fingerprint()
+        return shards
+
+    def _fingerprint(self) -> str | None:
+        shards = self.shards.get("train")
+        if not shards:
+            return None
+        listing = json.dumps([[s.path, s.count] for s in shards])
+        return hashlib.sha1(listing.encode()).hexdigest()[:16]
+
+    def split_size(self, split: str) -> int:
+        """Records in ``"train"``, ``"val"`` or ``"test"`` (0 when not given); indexes it."""
+        if self.dataset_factory is not None:
+            raise TypeError("the size of a dataset_factory split is not known in advance.")
+        return sum(s.count for s in self._index(split))
+
+    def _has(self, split: str) -> bool:
+        if self.dataset_factory is not None:
+            return True  # the factory says (None: no such split) when the loader is built
+        return self.split_size(split) > 0
+
+    # ------------------------------------------------------------------ loaders
+    def make_stream(self, split: str, rank: int, world: int) -> ShardedStream:
+        """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable)."""
+        shards = self._index(split)
+        train = split == "train"
+        if self._custom_reader():
+            reader: Any = SliceReader(self._detached().read_shard)
+            listed: list[Any] = [(s.path, s.count) for s in shards]
+        else:
+            reader = ShardReader({s.path: s for s in shards}, self.on_error, self.columns)
+            listed = shards
+        trainer = self._trainer()
+        epoch = int(trainer.current_epoch) if train and trainer is not None else 0
+        return ShardedStream(
+            listed,
+            batch_size=self.batch_size,
+            rank=rank,
+            world_size=world,
+            shuffle=self.shuffle and train,
+            shuffle_buffer=self.shuffle_buffer,
+            seed=self.shuffle_seed,
+            epoch=epoch,
+            drop_last=self.drop_last and train,
+            transform=self.transform_for(split),
+            collate=self._collate_fn(),
+            reader=reader,
+            on_error=self.on_error,
+        )
+
+    def make_loader(self, split: str) -> DataLoader | None:
+        """Builds the loader of a split: a :class:`StreamLoader` over :meth:`make_stream` with
+        the resolved settings; or a plain DataLoader over ``dataset_factory``'s dataset (None
+        when the factory has no such split)."""
+        rank, world = self._rank_world()
+        settings = self.loader_settings(split)
+        if self.num_workers == AUTO:
+            # "auto" chose this count on purpose: Lightning's advice to raise it and torch's to
+            # stay within the CPU count (I/O-bound workers mostly wait) do not apply.
+            warnings.filterwarnings(
+                "ignore", message=FEW_WORKERS_WARNING, category=PossibleUserWarning
+            )
+            warnings.filterwarnings("ignore", message=_MANY_WORKERS, category=UserWarning)
+        if self.dataset_factory is not None:
+            loader = self._factory_loader(split, rank, world, settings.loader_kwargs())
+        else:
+            # Our length is exact on every rank and worker count (Lightning cannot know that).
+            warnings.filterwarnings("ignore", message=_ITERABLE_LEN, category=UserWarning)
+            stream = self.make_stream(split, rank, world)
+            loader = StreamLoader(
+                stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
+            )
+            if split == "train":
+                loader.consumed_batches = _ConsumedBatches(self)
+                self._train_loader_ref = weakref.ref(loader)
+                self._train_stream = stream
+                if self._pending_stream_state is not None:
+                    loader.load_state_dict(self._pending_stream_state)
+                    self._pending_stream_state = None
+        if not self._logged:
+            self._logged = True
+            self._log_summary()
+        return loader
+
+    def _factory_loader(
+        self, split: str, rank: int, world: int, kwargs: dict[str, Any]
+    ) -> DataLoader | None:
+        assert self.dataset_factory is not None
+        dataset = self.dataset_factory(split, rank, world)
+        if dataset is None:
+            return None
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError(
+                f"dataset_factory({split!r}, {rank}, {world}) returned a "
+                f"{type(dataset).__name__}: it must return an IterableDataset of records, or None."
+            )
+        train = split == "train"
+        transform, collate = self.transform_for(split), self._collate_fn()
+        drop_last = self.drop_last and train
+        batched = BatchedIterable(dataset, self.batch_size, transform, collate, drop_last)
+        kwargs["collate_fn"] = passthrough
+        pool = attach_pool(kwargs, self.reuse_batch_memory)
+        loader = DataLoader(batched, batch_size=None, **kwargs)
+        loader.batch_pool = pool  # type: ignore[attr-defined]
+        return loader
+
+    def train_dataloader(self) -> DataLoader:
+        """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""
+        loader = self.make_loader("train")
+        if loader is None:
+            raise ValueError("dataset_factory('train', ...) returned None: nothing to train on.")
+        return loader
+
+    def val_dataloader(self) -> DataLoader | list:
+        """The validation loader, or an empty list (no validation) without val records."""
+        loader = self.make_loader("val") if self._has("val") else None
+        return [] if loader is None else loader
+
+    def test_dataloader(self) -> DataLoader:
+        """The test loader."""
+        loader = self.make_loader("test") if self._has("test") else None
+        if loader is None:
+            raise ValueError(
+                f"{type(self).__name__} has no test records: pass test_files= (or have "
+                "dataset_factory return a dataset for 'test')."
+            )
+        return loader
+
+    def predict_dataloader(self) -> DataLoader:
+        """A loader over the test records, else the validation records."""
+        for split in ("test", "val"):
+            loader = self.make_loader(split) if self._has(split) else None
+            if loader is not None:
+                return loader
+        raise ValueError(
+            f"{type(self).__name__} has no test or validation records to predict on: pass "
+            "test_files= or val_files=."
+        )
+
+    #: The worker tuner times index-sampled loaders; a stream cannot be timed that way.
+    tunable = False
+
+    def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
+        """Not available for streams (the tuner times index-sampled loaders)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The train shards' fingerprint, the split sizes and the train stream's position
+        (the same dict the train loader's ``state_dict`` gives, which Lightning also saves)."""
+        state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
+        if self.shards:
+            state["split_sizes"] = {k: sum(s.count for s in v) for k, v in self.shards.items()}
+        loader = self._live_train_loader()
+        if loader is not None:
+            state["train_stream"] = loader.state_dict()
+        elif self._pending_stream_state is not None:
+            state["train_stream"] = self._pending_stream_state
+        elif self._train_stream is not None:  # the loader is gone: what it delivered
+            state["train_stream"] = self._train_stream.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the train position; the next train epoch resumes after the saved batches.
+
+        Raises:
+            ValueError: The train shards differ from the checkpoint's, or (when the loader is
+                built, or at its first batch) the world size, worker count, batch size, seed,
+                shuffle settings differ.
+        """
+        saved = state_dict.get("split_fingerprint")
+        if saved is not None and self.fingerprint is not None and saved != self.fingerprint:
+            raise ValueError(
+                f"{type(self).__name__}: the checkpoint's train shards (fingerprint {saved}) "
+                f"differ from this run's ({self.fingerprint}): train_files lists other shards, "
+                "or they hold other record counts; resuming would repeat or skip records."
+            )
+        stream_state = state_dict.get("train_stream")
+        if stream_state is None:
+            return
+        loader = self._live_train_loader()
+        if loader is not None:
+            loader.load_state_dict(stream_state)
+        else:
+            self._pending_stream_state = stream_state
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the Trainer and the loaders (for ``spawn`` workers of
+        :meth:`read_shard` overrides)."""
+        state = self.__dict__.copy()
+        state.update(trainer=None, _train_loader_ref=None, _train_stream=None)
+        return state
+
+    def _live_train_loader(self) -> StreamLoader | None:
+        return None if self._train_loader_ref is None else self._train_loader_ref()
+
+    def _detached(self) -> StreamingDataModule:
+        """A shallow copy without Trainer and loaders, for the readers and collates that run
+        an overridden method in the workers (no reference cycle through the loader)."""
+        return copy.copy(self)

@@ -1,0 +1,276 @@
+"""Counting the records of shards and remembering where to seek, cached on disk.
+
+:func:`index_shard` / :func:`index_shards` count the records of a shard (Parquet from its
+footer, line formats by one pass over the lines) and note the byte offset of every
+``every``-th record, so a reader can seek to record ``i`` without reading the records before
+it. The result (:class:`ShardIndex`) is cached on disk, keyed by path, size and modification
+time (ETag or Last-Modified for URLs), so each shard is scanned once per machine; an
+in-process memo avoids even that file read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from datamodules.streaming.errors import (
+    KEEP_MESSAGES,
+    OnError,
+    ShardError,
+    SkipCounter,
+    check_on_error,
+)
+from datamodules.streaming.formats import (
+    BOM,
+    ShardLines,
+    csv_rows,
+    decode_json,
+    detect_format,
+    json_reason,
+)
+from datamodules.streaming.parquet import parquet_file
+from datamodules.streaming.remote import is_remote, local_path
+from datamodules.streaming.shard_index import ShardIndex
+
+_INDEX_VERSION = 1
+_EVERY = 1024  # a seek offset is kept for every 1024th record
+
+
+# ---------------------------------------------------------------------------- index
+
+
+def default_cache_dir() -> str:
+    """``$DATAMODULES_CACHE`` or ``$XDG_CACHE_HOME/datamodules`` (``~/.cache/datamodules``)."""
+    root = os.environ.get("DATAMODULES_CACHE")
+    if root:
+        return os.path.join(root, "shard_index")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "datamodules", "shard_index")
+
+
+_MEMO: dict[str, ShardIndex] = {}
+_VALIDATORS = (
+    "ETag",
+    "etag",
+    "md5Hash",
+    "LastModified",
+    "Last-Modified",
+    "last_modified",
+    "updated",
+    "mtime",
+    "generation",
+)
+
+
+def _fingerprint(path: str) -> dict[str, Any] | None:
+    """What identifies this version of the shard; None if it cannot be told apart."""
+    if not is_remote(path):
+        local = local_path(path)
+        st = os.stat(local)
+        return {"path": os.path.abspath(local), "size": st.st_size, "mtime": st.st_mtime_ns}
+    import fsspec
+
+    fs, fpath = fsspec.core.url_to_fs(path)
+    info = fs.info(fpath)
+    found = {k: str(info[k]) for k in _VALIDATORS if info.get(k)}
+    if not found or info.get("size") is None:
+        return None
+    return {"path": path, "size": info["size"], **found}
+
+
+def index_shard(
+    path: str,
+    fmt: str | None = None,
+    on_error: OnError = "raise",
+    cache_dir: str | os.PathLike | bool | None = None,
+    counter: SkipCounter | None = None,
+) -> ShardIndex:
+    """Counts the records of one shard and notes seek offsets; cached, so done once.
+
+    Args:
+        path: Path or URL of the shard.
+        fmt: Format; inferred from the extension if None.
+        on_error: ``"raise"``: a structural count (lines, rows) without parsing, and an
+            unreadable shard raises. ``"skip"``: records are parsed so bad ones are left out
+            of the count (as the reader will skip them); an unreadable shard counts 0.
+        cache_dir: Where to keep the index; None: :func:`default_cache_dir`; False: nowhere
+            (an in-process memo is still used).
+        counter: Receives the skipped records / unreadable shard, also when cached.
+
+    Returns:
+        The shard's :class:`ShardIndex`.
+
+    Raises:
+        ShardError: The shard cannot be read (``on_error="raise"``).
+        RecordError: A bad CSV row under ``"raise"`` (CSV rows are parsed while counting,
+            so they fail here, early; JSONL and text records fail when read).
+    """
+    check_on_error(on_error)
+    fmt, compression = detect_format(path, fmt)
+    mode = on_error if fmt != "parquet" else "raise"
+    try:
+        fp = _fingerprint(path)
+    except Exception as err:  # missing file, no such URL, no permission
+        return _unreadable(path, fmt, compression, on_error, err, counter)
+    key = None
+    if fp is not None:
+        fp.update(fmt=fmt, compression=compression, on_error=mode, version=_INDEX_VERSION)
+        key = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()
+        index = _MEMO.get(key) or _load_cached(key, cache_dir, path)
+        if index is not None:
+            _MEMO[key] = index
+            if counter is not None:
+                counter.add_index(index)
+            return index
+    try:
+        index = _scan(path, fmt, compression, mode)
+    except ShardError as err:
+        return _unreadable(path, fmt, compression, on_error, err, counter)
+    if key is not None:
+        _MEMO[key] = index
+        _store_cached(key, cache_dir, index)
+    if counter is not None:
+        counter.add_index(index)
+    return index
+
+
+def _unreadable(path, fmt, compression, on_error, err, counter) -> ShardIndex:
+    if isinstance(err, ShardError):
+        shard_err = err
+    else:
+        shard_err = ShardError(path, None, f"cannot read shard ({type(err).__name__}: {err})")
+    if on_error == "raise":
+        raise shard_err from err
+    index = ShardIndex(path, fmt, compression, on_error, 0, error=str(shard_err))
+    if counter is not None:
+        counter.add_index(index)
+    return index
+
+
+def _cache_file(key: str, cache_dir: Any) -> str | None:
+    if cache_dir is False:
+        return None
+    root = default_cache_dir() if cache_dir in (None, True) else os.fspath(cache_dir)
+    return os.path.join(root, key[:2], key + ".json")
+
+
+def _load_cached(key: str, cache_dir: Any, path: str) -> ShardIndex | None:
+    file = _cache_file(key, cache_dir)
+    if file is None or not os.path.exists(file):
+        return None
+    try:
+        with open(file) as f:
+            data = json.load(f)
+        data["path"] = path
+        for name in ("offsets", "lines", "problems"):
+            data[name] = tuple(data[name])
+        return ShardIndex(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _store_cached(key: str, cache_dir: Any, index: ShardIndex) -> None:
+    file = _cache_file(key, cache_dir)
+    if file is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(file), exist_ok=True)
+        tmp = f"{file}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(index), f)
+        os.replace(tmp, file)
+    except OSError:  # a read-only cache is only slower
+        pass
+
+
+def _scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
+    """Yields ``(line, offset)`` of each JSONL / text record, as the readers will see them:
+    under "raise" structurally (JSONL: non-blank lines), under "skip" only the valid ones."""
+    for raw in lines:
+        if lines.line == 1 and raw.startswith(BOM):
+            raw = raw[3:]
+        if fmt == "jsonl":
+            if raw.isspace() or not raw:
+                continue
+            if on_error == "skip":
+                try:
+                    decode_json(raw.decode())
+                except ValueError as err:
+                    skips.record(lines.path, lines.line, json_reason(err))
+                    continue
+        elif on_error == "skip":
+            try:
+                raw.decode()
+            except UnicodeDecodeError as err:
+                skips.record(lines.path, lines.line, f"invalid UTF-8: {err}")
+                continue
+        yield lines.line, lines.start
+
+
+def _scan(path: str, fmt: str, compression: str | None, on_error: str) -> ShardIndex:
+    if fmt == "parquet":
+        with parquet_file(path) as pf:
+            count = pf.metadata.num_rows
+        return ShardIndex(path, fmt, None, "raise", count)
+    skips = SkipCounter(keep=KEEP_MESSAGES)
+    every = _EVERY if compression is None else 0
+    offsets: list[int] = []
+    line_nos: list[int] = []
+    count = 0
+    lines = ShardLines(path, compression)
+    try:
+        if fmt == "csv":  # rows may span lines: parse
+            records = ((line, offset) for line, offset, _ in csv_rows(lines, on_error, skips))
+        else:
+            records = _scan_lines(lines, fmt, on_error, skips)
+        for line, offset in records:
+            if every and count % every == 0:
+                offsets.append(offset)
+                line_nos.append(line)
+            count += 1
+    finally:
+        lines.close()
+    return ShardIndex(
+        path,
+        fmt,
+        compression,
+        on_error,
+        count,
+        every=every if offsets else 0,
+        offsets=tuple(offsets),
+        lines=tuple(line_nos),
+        skipped=skips.total,
+        problems=tuple(skips.messages),
+    )
+
+
+def count_records(
+    path: str,
+    fmt: str | None = None,
+    on_error: OnError = "raise",
+    cache_dir: str | os.PathLike | bool | None = None,
+) -> int:
+    """Number of records :func:`read_records` yields from the shard (see :func:`index_shard`)."""
+    return index_shard(path, fmt, on_error, cache_dir).count
+
+
+def index_shards(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    on_error: OnError = "raise",
+    cache_dir: str | os.PathLike | bool | None = None,
+    counter: SkipCounter | None = None,
+    max_threads: int = 8,
+) -> list[ShardIndex]:
+    """:func:`index_shard` for many shards, a few at a time (remote shards overlap I/O)."""
+    threads = max(1, min(max_threads, len(paths)))
+    if threads == 1:
+        return [index_shard(p, fmt, on_error, cache_dir, counter) for p in paths]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda p: index_shard(p, fmt, on_error, cache_dir, counter), paths))

@@ -1,0 +1,122 @@
+"""What a stream says about itself: its summary, and what ``python -m datamodules inspect``
+shows (lengths of a variable-length field, a picture of them, the records per split).
+
+:class:`StreamInspection` is mixed into :class:`~datamodules.StreamingDataModule`; its methods
+are the DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+SPLITS = ("train", "val", "test")
+
+
+class StreamInspection:
+    """The summary and inspect hooks of :class:`~datamodules.StreamingDataModule` (a mixin)."""
+
+    shards: dict[str, list[Any]]
+    dataset_factory: Any
+
+    def sequence_lengths(
+        self, split: str = "train", max_batches: int = 50
+    ) -> tuple[str, list[list[int]]] | None:
+        """Lengths of the first variable-length field, batch by batch, for ``inspect``.
+
+        Reads up to ``max_batches`` batches of the split's samples (after ``transform``,
+        before the collate) in one process, and returns the name of the first dict field
+        whose values are sequences of different lengths, with each batch's lengths; None
+        when no field varies in length.
+        """
+        self.setup()
+        if self.dataset_factory is not None or not self.shards.get(split):
+            return None
+        stream = self.make_stream(split, 0, 1)
+        stream.collate = list  # the samples themselves: their lengths before padding
+        batches = []
+        for samples in stream:
+            batches.append(samples)
+            if len(batches) >= max_batches:
+                break
+        first = batches[0][0] if batches and batches[0] else None
+        if not isinstance(first, Mapping):
+            return None
+        for key, value in first.items():
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+                continue
+            lengths = [[len(sample[key]) for sample in batch] for batch in batches]
+            if len({n for batch in lengths for n in batch}) > 1:
+                return str(key), lengths
+        return None
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str], split: str = "train") -> Any:
+        """For records with a variable-length field: a histogram of its lengths over the first
+        batches of ``split`` and the padding efficiency of those batches; otherwise the
+        default picture of one batch."""
+        from datamodules.tools.pictures import plot_lengths
+
+        found = self.sequence_lengths(split)
+        if found is None:
+            return super().plot_batch(batch, path)
+        key, lengths = found
+        real = sum(sum(batch) for batch in lengths)
+        padded = sum(len(batch) * max(batch) for batch in lengths if batch)
+        flat = [n for batch in lengths for n in batch]
+        title = (
+            f"{split}: lengths of '{key}' in the first {len(lengths)} batches "
+            f"({len(flat)} records); padded batches keep {real / padded:.1%} real tokens"
+        )
+        return plot_lengths(flat, path, title=title, efficiency=real / padded)
+
+    def describe_data(self) -> list[str]:
+        """Per split: shards, records, and what was skipped (for ``python -m datamodules
+        inspect``)."""
+        self.setup()
+        lines = ["data:"]
+        for split in SPLITS:
+            shards = self.shards.get(split) or []
+            n = sum(s.count for s in shards)
+            lines.append(f"  {split}: {n} records in {len(shards)} shard(s)")
+        return lines
+
+    def summary(self) -> str:
+        """Shards, records and batches per split, loader settings with reasons, bad records."""
+        lines = [type(self).__name__]
+        rank, world = self._rank_world()
+        if self.dataset_factory is not None:
+            lines.append(f"  data: from dataset_factory={self.dataset_factory!r}")
+        elif not self.shards:
+            lines.append("  shards: not indexed yet (call setup())")
+        for split in SPLITS:
+            shards = self.shards.get(split)
+            if shards is None:
+                continue
+            if not shards:
+                lines.append(f"  {split}: none")
+                continue
+            n = sum(s.count for s in shards)
+            formats = ", ".join(sorted({s.fmt for s in shards}))
+            if self.drop_last and split == "train":
+                batches = n // world // self.batch_size
+            else:
+                batches = math.ceil(math.ceil(n / world) / self.batch_size)
+            text = (
+                f"  {split}: {len(shards)} shard(s) ({formats}), {n} records; "
+                f"{batches} batches of <= {self.batch_size} per rank (world={world})"
+            )
+            if split == "train":
+                text += (
+                    f", shuffle={self.shuffle} (shard order + a buffer of "
+                    f"{self.shuffle_buffer} records per worker, seed {self.shuffle_seed}), "
+                    f"drop_last={self.drop_last}"
+                )
+            lines.append(text)
+        settings = self._settings.get("train") or self.loader_settings("train")
+        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+            lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
+        lines.append(f"  bad records: on_error={self.on_error!r}; {self.skipped.summary()}")
+        lines.extend(self.extra_summary())
+        return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""StreamLoader: the DataLoader for a ShardedStream (epochs, resumable position, pooled batches)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from datamodules.core.loaders import passthrough
+from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
+from datamodules.streaming.stream import ShardedStream
+
+
+class StreamLoader(DataLoader):
+    """The DataLoader for a :class:`ShardedStream`: epochs, resumable position, no re-batching.
+
+    Each iteration starts a new epoch (the first one the stream's ``epoch``); after
+    :meth:`load_state_dict` the next iteration resumes the saved epoch instead. Lightning
+    saves :meth:`state_dict` in checkpoints and restores it before the resumed epoch.
+
+    With worker processes, batches travel through a
+    :class:`~datamodules.core.shared_batches.SharedBatchPool`: tensors under 128 KB by value through
+    the result pipe, larger ones in shared-memory buffers each worker reuses. The
+    DataLoader's one-new-segment-per-tensor transfer is what limits a stream of small batches
+    otherwise (measured: about 5x fewer batches/s for 64 x 128 int64 batches).
+
+    Args:
+        dataset: The stream (it batches, so ``batch_size`` is None here).
+        reuse_batch_memory: Send batches through the pool described above (default True).
+        **kwargs: Other DataLoader arguments (``num_workers``, ``pin_memory``,
+            ``persistent_workers``, ``prefetch_factor``, ...). ``collate_fn`` defaults to
+            leaving batches as the stream made them; ``in_order=False`` is refused.
+
+    Attributes:
+        consumed_batches: Optional callable returning how many batches of the current epoch
+            the training loop has used (e.g. from the Trainer's progress); when set and not
+            None it is what :meth:`state_dict` saves, else the batches this loader yielded.
+    """
+
+    def __init__(
+        self, dataset: ShardedStream, reuse_batch_memory: bool = True, **kwargs: Any
+    ) -> None:
+        if not isinstance(dataset, ShardedStream):
+            raise TypeError(f"StreamLoader needs a ShardedStream, got {type(dataset).__name__}.")
+        for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+            if kwargs.pop(key, None) not in (None, False):
+                raise ValueError(f"{key} is set on the ShardedStream, not on StreamLoader.")
+        if not kwargs.get("in_order", True):
+            raise ValueError("in_order=False is not accepted: resuming relies on the order.")
+        kwargs["collate_fn"] = kwargs.get("collate_fn") or passthrough
+        #: The workers' reused batch buffers (None without workers or if disabled).
+        self.batch_pool: SharedBatchPool | None = attach_pool(kwargs, reuse_batch_memory)
+        self.reuse_batch_memory = reuse_batch_memory
+        super().__init__(dataset, batch_size=None, **kwargs)
+        self.consumed_batches: Callable[[], int | None] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        stream: ShardedStream = self.dataset  # type: ignore[assignment]
+        stream._begin_epoch(max(self.num_workers, 1))
+        batches = iterate_with_pool(super().__iter__(), self.batch_pool, self.persistent_workers)
+        for batch in batches:
+            stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's position (see :meth:`ShardedStream.state_dict`)."""
+        consumed = self.consumed_batches() if self.consumed_batches is not None else None
+        return self.dataset.state_dict(consumed)  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores the position; the next iteration resumes the saved epoch."""
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""Reading Parquet shards a row group at a time, never the whole file.
+
+:class:`parquet_file` opens a local or remote Parquet file as a pyarrow ``ParquetFile``;
+:func:`read_parquet` yields the rows ``[start, stop)`` as dicts, reading only the row groups
+that hold them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from datamodules.streaming.errors import ShardError
+from datamodules.streaming.remote import is_remote, local_path, open_seekable_remote
+
+
+class parquet_file:
+    """Context manager: a pyarrow ParquetFile over a local path or an fsspec file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.handle: Any = None
+
+    def __enter__(self) -> Any:
+        import pyarrow.parquet as pq
+
+        try:
+            if is_remote(self.path):
+                self.handle = open_seekable_remote(self.path)
+                return pq.ParquetFile(self.handle)
+            return pq.ParquetFile(local_path(self.path))
+        except Exception as err:
+            if self.handle is not None:
+                self.handle.close()
+            raise ShardError(
+                self.path, None, f"cannot open Parquet shard ({type(err).__name__}: {err})"
+            ) from err
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def read_parquet(path: str, start: int, stop: int | None, columns: Sequence[str] | None):
+    with parquet_file(path) as pf:
+        meta = pf.metadata
+        stop = meta.num_rows if stop is None else min(stop, meta.num_rows)
+        if start >= stop:
+            return
+        first, row = 0, 0
+        groups = []
+        for g in range(meta.num_row_groups):
+            n = meta.row_group(g).num_rows
+            if row + n > start and row < stop:
+                if not groups:
+                    first = row
+                groups.append(g)
+            row += n
+        skip, left = start - first, stop - start
+        try:
+            for batch in pf.iter_batches(
+                batch_size=4096, row_groups=groups, columns=columns, use_threads=False
+            ):
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                if skip or batch.num_rows - skip > left:
+                    batch = batch.slice(skip, left)
+                    skip = 0
+                left -= batch.num_rows
+                yield from batch.to_pylist()
+                if left <= 0:
+                    return
+        except ShardError:
+            raise
+        except Exception as err:
+            raise ShardError(
+                path, None, f"cannot read Parquet row groups ({type(err).__name__}: {err})"
+            ) from err

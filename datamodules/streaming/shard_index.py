@@ -1,0 +1,42 @@
+"""ShardIndex: how many records a shard holds and where to seek to reach one.
+
+Made by :func:`~datamodules.streaming.index.index_shard` (and importable from there); read
+by the record readers and the stream. It imports nothing, so every streaming module can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """How many records a shard holds and where to seek to reach one.
+
+    Attributes:
+        path: Path or URL of the shard.
+        fmt: Its format (one of :data:`FORMATS`).
+        compression: ``"gzip"``, ``"zstd"`` or None.
+        on_error: The policy the count was made under: under ``"skip"`` bad records are not
+            counted (nor read), under ``"raise"`` every structural record is counted.
+        count: Number of records a reader yields under ``on_error``.
+        every: Seek granularity: ``offsets[i]`` is the byte offset of record ``i * every``
+            (0 and empty offsets when the shard cannot seek: compressed, Parquet).
+        offsets: Byte offsets, see ``every``.
+        lines: 1-based line number of each offset, for error messages.
+        skipped: Bad records left out of the count (``on_error="skip"``).
+        problems: The first few of those, as messages naming shard and line.
+        error: Why the shard could not be read (``on_error="skip"`` only; ``count`` is 0).
+    """
+
+    path: str
+    fmt: str
+    compression: str | None
+    on_error: str
+    count: int
+    every: int = 0
+    offsets: tuple[int, ...] = ()
+    lines: tuple[int, ...] = ()
+    skipped: int = 0
+    problems: tuple[str, ...] = ()
+    error: str | None = None

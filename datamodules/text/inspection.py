@@ -1,0 +1,110 @@
+"""What ``python -m datamodules inspect`` shows for texts: labels, lengths, and the padding
+that length buckets save.
+
+:class:`TextInspection` is mixed into :class:`~datamodules.TextDataModule`; its methods are the
+DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class TextInspection:
+    """The inspect hooks of :class:`~datamodules.TextDataModule` (a mixin)."""
+
+    def describe_data(self) -> list[str]:
+        """What ``python -m datamodules inspect`` prints about the texts, per split.
+
+        The sample count and each label's count (by :attr:`label_names`), the length
+        statistics in tokens, and the padding efficiency (real tokens / padded tokens) of the
+        split's batches in epoch 0 beside that of random batches of the same sizes, which is
+        what the batches would pad without length buckets.
+        """
+        from datamodules.tools.descriptions import (
+            describe_datamodule,
+            length_stats,
+            padding_comparison,
+        )
+
+        indices = self._require_setup()
+        labels = {}
+        for split, idx in indices.items():
+            encoded = self.split_datasets[split].encoded.labels
+            labels[split] = None if encoded is None else encoded[idx]
+        lines = describe_datamodule(self, names=self.label_names, split_labels=labels)
+        lines.append("lengths (tokens per sample):")
+        for split, idx in indices.items():
+            lengths = self.split_datasets[split].encoded.lengths[idx]
+            lines.append(f"  {split}: {length_stats(lengths)}")
+        size = (
+            f"max_tokens={self.max_tokens}"
+            if self.batch_by == "tokens"
+            else f"batch_size={self.batch_size}"
+        )
+        lines.append(
+            f"padding efficiency of epoch 0 (real / padded tokens; batch_by={self.batch_by!r}, "
+            f"{size}), against random batches of the same sizes:"
+        )
+        for split, idx in indices.items():
+            if not len(idx):
+                lines.append(f"  {split}: no batches")
+                continue
+            view = self.view(split)
+            batches = self.make_sampler(split, view, 0, 1).epoch_batches(0)
+            ours, random = padding_comparison(view.lengths, batches, self.pad_to_multiple_of)
+            flag = (
+                f"bucket={self.bucket}" if split == "train" else f"eval_bucket={self.eval_bucket}"
+            )
+            lines.append(
+                f"  {split}: {ours:.1%} in {len(batches)} batches ({flag}); random: {random:.1%}"
+            )
+        return lines
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str], *, split: str = "train") -> Any:
+        """Draws the lengths and padding of ``split``, with ``batch`` marked, to a PNG.
+
+        The picture (:func:`~datamodules.tools.pictures.plot_padding`): the histogram of the
+        split's lengths with the batch's lengths shaded and its padded width dashed; below,
+        the real and padded tokens of every batch of epoch 0, beside random batches of the
+        same sizes, so it shows what length bucketing saves.
+
+        Args:
+            batch: One batch of ``split`` (its ``lengths`` and ``input_ids`` are used).
+            path: The PNG file to write.
+            split: The split the batch came from.
+
+        Returns:
+            The path written.
+        """
+        from datamodules.tools.pictures import plot_padding
+
+        if not self.split_size(split):
+            raise ValueError(f"plot_batch: the {split} split is empty: nothing to draw.")
+        view = self.view(split)
+        batches = self.make_sampler(split, view, 0, 1).epoch_batches(0)
+        lengths = padded_to = None
+        if isinstance(batch, dict) and "lengths" in batch:
+            lengths = batch["lengths"]
+            if "input_ids" in batch:
+                padded_to = int(batch["input_ids"].shape[1])
+        bucket = self.bucket if split == "train" else self.eval_bucket
+        size = (
+            f"max_tokens={self.max_tokens}"
+            if self.batch_by == "tokens"
+            else f"batch_size={self.batch_size}"
+        )
+        title = (
+            f"{type(self).__name__}, {split} split: {len(view):,} texts in {len(batches):,} "
+            f"batches of epoch 0 ({size}, {'eval_' if split != 'train' else ''}bucket={bucket})"
+        )
+        return plot_padding(
+            view.lengths,
+            batches,
+            path,
+            batch_lengths=lengths,
+            padded_to=padded_to,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            title=title,
+        )

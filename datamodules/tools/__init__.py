@@ -1,0 +1,31 @@
+"""Tools around the DataModules: the data-wait monitor, the worker tuner and ``inspect``.
+
+* :mod:`~datamodules.tools.monitor`: :class:`~datamodules.DataWaitMonitor`.
+* :mod:`~datamodules.tools.tuner`: times candidate worker counts and prefetch factors.
+* :mod:`~datamodules.tools.inspect_cli`: ``python -m datamodules inspect``.
+* :mod:`~datamodules.tools.descriptions`: the text that ``inspect`` prints.
+* :mod:`~datamodules.tools.pictures` and :mod:`~datamodules.tools.drawing`: its pictures.
+
+Tools import only ``core``. Importing this package registers the tools that
+:class:`~datamodules.BaseDataModule` hands work to (see :mod:`datamodules.core.hooks`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datamodules.core.hooks import register_tool
+from datamodules.tools.descriptions import describe_datamodule
+from datamodules.tools.tuner import tune_datamodule
+
+
+def _plot_tensor_batch(batch: Any, path: Any) -> Any:
+    # Pillow is imported only when a picture is drawn.
+    from datamodules.tools.pictures import plot_tensor_batch
+
+    return plot_tensor_batch(batch, path)
+
+
+register_tool("tune", tune_datamodule)
+register_tool("describe", describe_datamodule)
+register_tool("plot_batch", _plot_tensor_batch)

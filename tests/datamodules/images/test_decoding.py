@@ -1,0 +1,495 @@
+"""Tests for datamodules.images.decoding: decode_image, ImageFolderIndex and scan_image_folder."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS as TV_IMG_EXTENSIONS
+
+from datamodules.images.decoding import ImageDecodeError, decode_image
+from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
+
+# Any warning raised in these tests (DeprecationWarning included) is an error.
+pytestmark = pytest.mark.filterwarnings("error")
+
+H, W = 12, 20  # deliberately not square, so rotations show in the shape
+
+
+def _pixels(seed: int = 0, h: int = H, w: int = W) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def _smooth(h: int = 32, w: int = 48) -> np.ndarray:
+    """A smooth RGB image: lossy codecs keep it close, so rotations are easy to check."""
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (h + w)], axis=2).astype(np.uint8)
+
+
+def _pil_rgb(path: Path) -> torch.Tensor:
+    """What torchvision's pil_loader sees, as a (3, H, W) uint8 tensor."""
+    with Image.open(path) as img:
+        return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
+
+
+def _pil_rgb_oriented(path: Path) -> torch.Tensor:
+    with Image.open(path) as img:
+        rgb = ImageOps.exif_transpose(img).convert("RGB")
+    return torch.from_numpy(np.array(rgb)).permute(2, 0, 1)
+
+
+def _hwc(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1)
+
+
+def _scale16(values: np.ndarray) -> np.ndarray:
+    return np.round(values.astype(np.float64) / 257.0).astype(np.uint8)
+
+
+def _png16_rgb(path: Path, values: np.ndarray) -> None:
+    """Write a 16-bit RGB PNG by hand (Pillow cannot write one)."""
+    h, w, _ = values.shape
+    raw = b"".join(b"\x00" + values[r].astype(">u2").tobytes() for r in range(h))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
+    path.write_bytes(png + chunk(b"IEND", b""))
+
+
+def _check(image: torch.Tensor, h: int = H, w: int = W) -> None:
+    assert image.dtype == torch.uint8
+    assert image.shape == (3, h, w)
+    assert image.is_contiguous()
+
+
+# --------------------------------------------------------------------------- decode_image
+
+
+def test_img_extensions_match_torchvision():
+    assert IMG_EXTENSIONS == TV_IMG_EXTENSIONS
+
+
+LOSSLESS = {
+    "png_rgb": ("x.png", "RGB", "PNG", {}),
+    "png_l": ("x.png", "L", "PNG", {}),
+    "png_p": ("x.png", "P", "PNG", {}),
+    "png_1": ("x.png", "1", "PNG", {}),
+    "png_la": ("x.png", "LA", "PNG", {}),
+    "bmp_rgb": ("x.bmp", "RGB", "BMP", {}),
+    "bmp_p": ("x.bmp", "P", "BMP", {}),
+    "tiff_rgb": ("x.tiff", "RGB", "TIFF", {}),
+    "tiff_l": ("x.tif", "L", "TIFF", {}),
+    "tiff_cmyk": ("x.tif", "CMYK", "TIFF", {}),
+    "tiff_lzw": ("x.tif", "RGB", "TIFF", {"compression": "tiff_lzw"}),
+    "ppm": ("x.ppm", "RGB", "PPM", {}),
+    "pgm": ("x.pgm", "L", "PPM", {}),
+    "gif": ("x.gif", "P", "GIF", {}),
+    "webp_lossless": ("x.webp", "RGB", "WEBP", {"lossless": True}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOSSLESS))
+def test_lossless_formats_equal_pil_rgb(tmp_path, case):
+    name, mode, fmt, options = LOSSLESS[case]
+    path = tmp_path / name
+    Image.fromarray(_pixels()).convert(mode).save(path, fmt, **options)
+    image = decode_image(path)
+    _check(image)
+    assert torch.equal(image, _pil_rgb(path))
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "CMYK"])
+def test_jpeg_matches_pil(tmp_path, mode):
+    path = tmp_path / "x.jpg"
+    Image.fromarray(_smooth()).convert(mode).save(path, "JPEG", quality=90)
+    image = decode_image(str(path))
+    _check(image, 32, 48)
+    # Both use libjpeg-turbo (separate builds): allow a rounding step of difference.
+    assert (image.int() - _pil_rgb(path).int()).abs().max() <= 2
+
+
+def test_lossy_webp_close_to_source(tmp_path):
+    path = tmp_path / "x.webp"
+    Image.fromarray(_smooth()).save(path, "WEBP", quality=95)
+    image = decode_image(path)
+    _check(image, 32, 48)
+    assert (image.float() - _hwc(_smooth()).float()).abs().mean() < 4
+
+
+def test_channels_last_layout(tmp_path):
+    for name, fmt in [("x.png", "PNG"), ("x.bmp", "BMP")]:  # TorchCodec and Pillow paths
+        path = tmp_path / name
+        Image.fromarray(_pixels()).save(path, fmt)
+        image = decode_image(path, channels_last=True)
+        assert image.shape == (3, H, W)
+        assert image.stride() == (1, 3 * W, 3)
+        assert torch.equal(image, decode_image(path))
+
+
+@pytest.mark.parametrize("fmt,name", [("PNG", "x.png"), ("WEBP", "x.webp"), ("TIFF", "x.tif")])
+def test_alpha_is_dropped_not_composited(tmp_path, fmt, name):
+    rgba = np.random.default_rng(1).integers(0, 256, (H, W, 4), dtype=np.uint8)
+    rgba[0, 0, 3] = 0  # fully transparent pixel keeps its stored colour
+    path = tmp_path / name
+    options = {"lossless": True, "exact": True} if fmt == "WEBP" else {}
+    Image.fromarray(rgba, "RGBA").save(path, fmt, **options)
+    image = decode_image(path)
+    _check(image)
+    assert torch.equal(image, _hwc(rgba[:, :, :3]))
+
+
+def test_palette_with_transparency(tmp_path):
+    path = tmp_path / "x.png"
+    Image.fromarray(_pixels()).convert("P").save(path, transparency=0)
+    assert torch.equal(decode_image(path), _pil_rgb(path))
+
+
+def test_animated_gif_and_webp_give_first_frame(tmp_path):
+    frames = [Image.fromarray(_pixels(0)), Image.fromarray(_pixels(1))]
+    for name, options in [("x.gif", {}), ("x.webp", {"lossless": True})]:
+        path = tmp_path / name
+        frames[0].save(path, save_all=True, append_images=frames[1:], **options)
+        image = decode_image(path)
+        _check(image)
+        with Image.open(path) as img:
+            first = torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
+        assert torch.equal(image, first)
+
+
+def test_16bit_gray_png_is_scaled_not_clipped(tmp_path):
+    values = np.random.default_rng(2).integers(0, 65536, (H, W), dtype=np.uint16)
+    values[0, :4] = [0, 300, 32768, 65535]
+    path = tmp_path / "x.png"
+    Image.fromarray(values).save(path)
+    with Image.open(path) as img:
+        assert img.mode == "I;16"
+    image = decode_image(path)
+    _check(image)
+    expected = torch.from_numpy(_scale16(values))
+    assert torch.equal(image, expected.expand(3, -1, -1))
+    assert image[0, 0, :4].tolist() == [0, 1, 128, 255]
+
+
+def test_16bit_rgb_png_is_scaled(tmp_path):
+    values = np.random.default_rng(3).integers(0, 65536, (H, W, 3), dtype=np.uint16)
+    path = tmp_path / "x.png"
+    _png16_rgb(path, values)
+    image = decode_image(path)
+    _check(image)
+    assert torch.equal(image, _hwc(_scale16(values)))
+
+
+def test_16bit_tiff_and_pgm_are_scaled(tmp_path):
+    values = np.random.default_rng(4).integers(0, 65536, (H, W), dtype=np.uint16)
+    values[0, :3] = [0, 32768, 65535]
+    expected = torch.from_numpy(_scale16(values)).expand(3, -1, -1)
+    tiff, pgm = tmp_path / "x.tif", tmp_path / "x.pgm"
+    Image.fromarray(values).save(tiff)
+    pgm.write_bytes(f"P5\n{W} {H}\n65535\n".encode() + values.astype(">u2").tobytes())
+    for path in (tiff, pgm):
+        image = decode_image(path)
+        _check(image)
+        assert torch.equal(image, expected)
+
+
+def test_content_is_sniffed_not_extension(tmp_path):
+    png_named_jpg = tmp_path / "x.jpg"
+    Image.fromarray(_pixels()).save(png_named_jpg, "PNG")
+    bmp_named_png = tmp_path / "y.png"
+    Image.fromarray(_pixels()).save(bmp_named_png, "BMP")
+    assert torch.equal(decode_image(png_named_jpg), _hwc(_pixels()))
+    assert torch.equal(decode_image(bmp_named_png), _hwc(_pixels()))
+
+
+def _save_oriented(path: Path, fmt: str, orientation: int) -> None:
+    img = Image.fromarray(_smooth())
+    if fmt == "TIFF":
+        img.save(path, fmt, tiffinfo={0x0112: orientation})
+        return
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    options = {"quality": 95} if fmt == "JPEG" else {"lossless": True} if fmt == "WEBP" else {}
+    img.save(path, fmt, exif=exif.tobytes(), **options)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "TIFF"])
+def test_exif_orientation_matches_pil_exif_transpose(tmp_path, fmt, orientation):
+    path = tmp_path / f"x.{fmt.lower()}"
+    _save_oriented(path, fmt, orientation)
+    image = decode_image(path)
+    expected = _pil_rgb_oriented(path)
+    swapped = orientation >= 5
+    _check(image, *((48, 32) if swapped else (32, 48)))
+    assert expected.shape == image.shape
+    assert (image.int() - expected.int()).abs().max() <= (2 if fmt == "JPEG" else 0)
+
+
+def test_exif_orientation_6_rotates_jpeg_clockwise(tmp_path):
+    plain, rotated = tmp_path / "plain.jpg", tmp_path / "rotated.jpg"
+    Image.fromarray(_smooth()).save(plain, quality=95)
+    _save_oriented(rotated, "JPEG", 6)
+    upright = decode_image(plain)
+    image = decode_image(rotated)
+    assert upright.shape == (3, 32, 48) and image.shape == (3, 48, 32)
+    clockwise = torch.rot90(upright, k=-1, dims=(1, 2))
+    assert (image.int() - clockwise.int()).abs().max() <= 2
+    # The stored top-left corner (dark) ends up top-right after a clockwise turn.
+    assert image[:, 0, -1].sum() < image[:, 0, 0].sum()
+
+
+def _jpeg_bytes() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    Image.fromarray(_smooth(64, 64)).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+BAD_FILES = {
+    "truncated_jpeg": ("bad.jpg", lambda: _jpeg_bytes()[: len(_jpeg_bytes()) // 2], "truncated"),
+    "jpeg_missing_eoi": ("bad.jpg", lambda: _jpeg_bytes()[:-2], "truncated"),
+    "zero_bytes": ("empty.jpg", lambda: b"", "empty"),
+    "random_bytes": ("noise.jpg", lambda: os.urandom(2048), "Pillow"),
+    "jpeg_header_only": ("head.jpg", lambda: b"\xff\xd8\xff\xe0" + os.urandom(64), "JPEG"),
+    "text_as_png": ("text.png", lambda: b"hello, world\n" * 10, "Pillow"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_files_raise_image_decode_error(tmp_path, case):
+    name, make, cause = BAD_FILES[case]
+    path = tmp_path / name
+    path.write_bytes(make())
+    with pytest.raises(ImageDecodeError) as info:
+        decode_image(path)
+    error = info.value
+    assert isinstance(error, OSError)
+    assert str(path) in str(error) and error.path == str(path)
+    assert cause in str(error)
+    assert ".cpp:" not in str(error)  # TorchCodec's source location is stripped
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF", "WEBP", "BMP", "TIFF", "PPM"])
+def test_truncated_files_raise(tmp_path, fmt):
+    path = tmp_path / f"x.{fmt.lower()}"
+    Image.fromarray(_pixels(5, 40, 40)).save(path, fmt)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 6 // 10])
+    with pytest.raises(ImageDecodeError, match="x\\."):
+        decode_image(path)
+
+
+def test_missing_file_and_directory_raise(tmp_path):
+    with pytest.raises(ImageDecodeError, match="No such file"):
+        decode_image(tmp_path / "missing.jpg")
+    with pytest.raises(ImageDecodeError, match="directory"):
+        decode_image(tmp_path)
+
+
+def test_decode_error_survives_dataloader_reraise_and_pickle():
+    error = ImageDecodeError.for_file("/data/x.jpg", "file is empty (0 bytes)")
+    # torch's ExceptionWrapper.reraise rebuilds the exception from one message string.
+    assert str(type(error)("worker message")) == "worker message"
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.path, copy.reason, str(copy)) == (error.path, error.reason, str(error))
+
+
+def test_no_deprecation_warning_in_a_fresh_interpreter(tmp_path):
+    jpg, png, bmp = tmp_path / "a.jpg", tmp_path / "b.png", tmp_path / "c.bmp"
+    for path in (jpg, png, bmp):
+        Image.fromarray(_pixels()).save(path)
+    # Load the module from its file (not through the package's __init__), then decode: any
+    # DeprecationWarning from importing TorchCodec/Pillow or from decoding fails the run.
+    module_file = Path(__file__).resolve().parents[3] / "datamodules" / "images" / "decoding.py"
+    code = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('image_io', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "for p in sys.argv[2:]: assert module.decode_image(p).shape == (3, 12, 20)\n"
+    )
+    paths = [str(module_file), str(jpg), str(png), str(bmp)]
+    result = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", code, *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------- ImageFolderIndex
+
+
+def test_index_from_lists_and_samples():
+    paths = ["a/1.png", Path("b/2.png"), "c/\u00e9t\u00e9.jpg", "d/\udcff.jpg"]
+    index = ImageFolderIndex(paths, [0, 1, 1, 0], classes=["cat", "dog"])
+    assert len(index) == 4
+    assert index.path(2) == "c/\u00e9t\u00e9.jpg" and index.path(-1) == "d/\udcff.jpg"
+    assert index.target(1) == 1 and index[0] == ("a/1.png", 0)
+    assert index.samples == [("a/1.png", 0), ("b/2.png", 1), ("c/été.jpg", 1), ("d/\udcff.jpg", 0)]
+    assert index.targets.dtype == np.int64
+    assert index.class_to_idx == {"cat": 0, "dog": 1}
+    again = ImageFolderIndex.from_samples(index.samples, classes=index.classes)
+    assert again.samples == index.samples
+    with pytest.raises(IndexError, match="out of range"):
+        index.path(4)
+    restored = pickle.loads(pickle.dumps(index))
+    assert restored.samples == index.samples and restored.classes == index.classes
+
+
+def test_index_is_compact_arrays():
+    index = ImageFolderIndex(
+        [f"root/c{i % 3}/img_{i}.jpg" for i in range(1000)], np.arange(1000) % 3
+    )
+    assert all(
+        isinstance(getattr(index, name), np.ndarray) for name in ("_buffer", "_offsets", "_targets")
+    )
+    assert index.nbytes < 40_000
+    assert index.classes == ["0", "1", "2"]
+    assert torch.from_numpy(index.targets).dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    "paths,targets,classes,match",
+    [
+        (["a", "b"], [0], None, "same length"),
+        (["a"], [2], ["x", "y"], "class indices in \\[0, 2\\)"),
+        (["a"], [-1], ["x"], "class indices"),
+        (["a"], [0.5], None, "integer"),
+        (["a"], [0], ["x", "x"], "unique"),
+    ],
+)
+def test_index_rejects_bad_input(paths, targets, classes, match):
+    with pytest.raises(ValueError, match=match):
+        ImageFolderIndex(paths, targets, classes=classes)
+
+
+# --------------------------------------------------------------------------- scan_image_folder
+
+
+def _touch(root: Path, *relative: str) -> None:
+    for rel in relative:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+
+
+def _assert_same_as_torchvision(root, **kwargs) -> ImageFolderIndex:
+    index = scan_image_folder(root, **kwargs)
+    reference = ImageFolder(root, **kwargs)
+    assert index.classes == reference.classes
+    assert index.class_to_idx == reference.class_to_idx
+    assert index.samples == reference.samples
+    assert index.targets.tolist() == reference.targets
+    return index
+
+
+def test_scan_matches_torchvision(tmp_path):
+    root = tmp_path / "data"
+    _touch(
+        root,
+        "cat/b.JPG",
+        "cat/a.jpeg",
+        "cat/C.Png",
+        "cat/notes.txt",
+        "cat/anim.gif",  # .gif is not in IMG_EXTENSIONS: skipped, as torchvision does
+        "cat/sub/deeper/e.jpg",
+        "cat/sub/d.webp",
+        "cat/sub-x/f.TIFF",
+        "cat/sub.x/g.bmp",
+        "cat/Sub/h.ppm",
+        "dog/x.pgm",
+        "dog/y.tif",
+        "dog/fake.jpg/inner.png",  # a folder named like an image
+        "Zebra/z.jpg",
+        "Zebra/.hidden.jpg",
+        "Zebra/README",
+    )
+    (root / "dog" / "shared").symlink_to(root / "cat" / "sub", target_is_directory=True)
+    (root / "dog" / "broken.jpg").symlink_to(root / "nowhere.jpg")
+    (root / "linked").symlink_to(root / "cat", target_is_directory=True)  # a class via symlink
+    (root / "top.jpg").write_bytes(b"")  # files in root are not samples
+    index = _assert_same_as_torchvision(str(root))
+    _assert_same_as_torchvision(root)  # pathlib.Path root
+    _assert_same_as_torchvision(str(root) + os.sep)  # trailing separator kept in paths
+    assert index.classes == ["Zebra", "cat", "dog", "linked"]
+    assert index.root == str(root)
+    assert str(root / "dog" / "shared" / "deeper" / "e.jpg") in index.paths
+
+
+def test_scan_empty_class_folder(tmp_path):
+    _touch(tmp_path, "a/1.jpg", "b/readme.txt", "c/2.png")
+    with pytest.raises(FileNotFoundError) as tv_error:
+        ImageFolder(tmp_path)
+    with pytest.raises(FileNotFoundError, match="classes b in") as error:
+        scan_image_folder(tmp_path)
+    assert str(tmp_path) in str(error.value) and ".jpg" in str(error.value)
+    assert "b" in str(tv_error.value)
+    index = _assert_same_as_torchvision(tmp_path, allow_empty=True)
+    assert index.classes == ["a", "b", "c"] and index.targets.tolist() == [0, 2]
+
+
+def test_scan_errors_name_the_folder(tmp_path):
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match="missing.*does not exist"):
+        scan_image_folder(missing)
+    _touch(tmp_path, "file.jpg")
+    with pytest.raises(NotADirectoryError, match="file.jpg"):
+        scan_image_folder(tmp_path / "file.jpg")
+    with pytest.raises(FileNotFoundError, match="no class folder in"):
+        scan_image_folder(tmp_path)
+    _touch(tmp_path, "a/x.txt", "b/y.csv")
+    with pytest.raises(FileNotFoundError, match="no image file") as error:
+        scan_image_folder(tmp_path)
+    assert str(tmp_path) in str(error.value) and ".jpg, .jpeg, .png" in str(error.value)
+
+
+def test_scan_custom_extensions_case_insensitive(tmp_path):
+    _touch(tmp_path, "a/1.GIF", "a/2.jpg", "b/3.gif")
+    index = scan_image_folder(tmp_path, extensions=(".gif",))
+    assert index.samples == [(str(tmp_path / "a" / "1.GIF"), 0), (str(tmp_path / "b" / "3.gif"), 1)]
+
+
+@pytest.mark.timeout(20)
+def test_scan_symlink_loops_terminate(tmp_path):
+    root = tmp_path / "data"
+    _touch(root, "cat/1.jpg", "cat/sub/2.jpg", "dog/3.jpg")
+    (root / "cat" / "loop").symlink_to(root / "cat", target_is_directory=True)
+    (root / "cat" / "loop2").symlink_to(root / "cat", target_is_directory=True)
+    (root / "cat" / "sub" / "up").symlink_to(root, target_is_directory=True)
+    (root / "dog" / "self").symlink_to(".", target_is_directory=True)
+    index = scan_image_folder(root)
+    assert index.samples == [
+        (str(root / "cat" / "1.jpg"), 0),
+        (str(root / "cat" / "sub" / "2.jpg"), 0),
+        (str(root / "dog" / "3.jpg"), 1),
+    ]
+
+
+def test_scan_matches_torchvision_on_a_random_tree(tmp_path):
+    rng = np.random.default_rng(7)
+    parts = ["a", "B", "a-b", "a.b", "a_b", "0", "Z", "sub", "sub-1", "x y"]
+    names = ["img", "IMG", "p-1", "p.1", "q_2", "é"]
+    extensions = [".jpg", ".JPEG", ".png", ".PnG", ".bmp", ".txt", ".gif", ".tiff", ""]
+    for _ in range(300):
+        depth = int(rng.integers(1, 5))
+        folders = [str(rng.choice(parts)) for _ in range(depth)]
+        name = str(rng.choice(names)) + str(rng.integers(0, 50)) + str(rng.choice(extensions))
+        _touch(tmp_path, os.path.join(*folders, name))
+    _assert_same_as_torchvision(tmp_path, allow_empty=True)

@@ -1,0 +1,223 @@
+"""The docs' runnable code blocks run as printed (users copy them), and the README's quickstart.
+
+A block is runnable when the line before its ```` ```python ```` fence is the HTML comment
+``<!-- runnable: NAME -->``. Every such block under ``docs/`` is executed here and checked by
+the function of the same name in ``CHECKS``; a runnable block without a check (or a check
+without its block) fails the suite.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+
+MARKER = re.compile(r"^<!-- runnable: ([A-Za-z0-9_-]+) -->", re.M)
+RUNNABLE = re.compile(r"^<!-- runnable: ([A-Za-z0-9_-]+) -->\n```python\n(.*?)^```", re.S | re.M)
+
+
+def doc_pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def runnable_blocks() -> dict[str, tuple[str, str]]:
+    """``{name: (page, code)}`` for every runnable block under docs/."""
+    blocks: dict[str, tuple[str, str]] = {}
+    for page in doc_pages():
+        for match in RUNNABLE.finditer(page.read_text()):
+            name, code = match.group(1), match.group(2)
+            where = str(page.relative_to(ROOT))
+            assert name not in blocks, f"runnable block {name!r} in {where} and {blocks[name][0]}"
+            blocks[name] = (where, code)
+    return blocks
+
+
+BLOCKS = runnable_blocks()
+Runner = Callable[[], dict[str, Any]]
+
+
+def runner(name: str) -> Runner:
+    """Returns a function that executes block ``name`` and returns its namespace."""
+
+    def run() -> dict[str, Any]:
+        where, code = BLOCKS[name]
+        namespace: dict[str, Any] = {"__name__": f"docs_{name.replace('-', '_')}"}
+        exec(compile(code, f"{where}:{name}", "exec"), namespace)
+        return namespace
+
+    return run
+
+
+# --------------------------------------------------------------------------- the checks
+def check_first_fit(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # whatever the Trainer writes lands here
+    namespace = run()
+    trainer, dm = namespace["trainer"], namespace["dm"]
+    assert trainer.state.finished
+    assert trainer.current_epoch == 1
+    assert trainer.global_step == 13  # ceil(800 / 64)
+    assert [dm.split_size(s) for s in ("train", "val", "test")] == [800, 100, 100]
+    assert trainer.logger is None and trainer.checkpoint_callback is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def check_wine(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    dm = namespace["WineDataModule"](batch_size=16)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (16, 13) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert dm.split_size("train") + dm.split_size("val") == 178
+    assert dm.split_size("test") == 0
+
+
+def check_csv_images(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    rows = []
+    for i, label in enumerate(["cat", "dog", "cat", "dog", "cat", "dog"] * 2):
+        path = tmp_path / f"{i}.png"
+        Image.new("RGB", (10, 10), (i, 0, 0)).save(path)
+        rows.append(f"{path},{label}")
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    dm = namespace["CsvImageDataModule"](str(tmp_path / "labels.csv"), image_size=8, batch_size=4)
+    dm.setup("fit")
+    assert dm.classes == ["cat", "dog"]
+    images, targets = next(iter(dm.train_dataloader()))
+    assert images.shape == (4, 3, 8, 8) and images.dtype == torch.uint8
+    assert set(targets.tolist()) <= {0, 1}
+
+
+def check_surnames(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    dm = namespace["dm"]
+    dm.setup("fit")
+    assert dm.label_names == sorted(namespace["SurnameDataModule"].locales)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape[0] == 32
+    assert batch["attention_mask"].shape == batch["input_ids"].shape
+    assert batch["lengths"].max() == batch["input_ids"].shape[1]
+
+
+def check_pairs(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shards").mkdir()
+    for k in range(2):
+        lines = [f"{3 * k + i}\tword{3 * k + i}" for i in range(3)]
+        (tmp_path / "shards" / f"{k}.pairs").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    namespace = run()
+    dm = namespace["dm"]
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    assert sorted(i for b in batches for i in b["id"].tolist()) == list(range(6))
+    assert all(isinstance(b["word"], list) for b in batches)
+    words = {i: w for b in batches for i, w in zip(b["id"].tolist(), b["word"], strict=True)}
+    assert words == {i: f"word{i}" for i in range(6)}
+
+
+def check_squares(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    dm = namespace["dm"]
+    dm.setup("fit")
+    assert (dm.split_size("train"), dm.split_size("val"), dm.split_size("test")) == (80, 20, 0)
+    loader = dm.train_dataloader()
+    assert len(loader) == 8
+    seen = []
+    for x, y in loader:
+        assert x.shape == (10, 1) and x.dtype == torch.float32
+        assert torch.equal(y, x[:, 0].long() ** 2)
+        seen += x[:, 0].long().tolist()
+    assert len(seen) == 80 and len(set(seen)) == 80
+
+
+def check_pad_collate(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    assert namespace["input_ids"].tolist() == [[5, 9, 2], [7, 0, 0], [4, 4, 0]]
+    assert namespace["labels"].tolist() == [1, 0, 1]
+    assert namespace["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert namespace["lengths"].tolist() == [3, 1, 2]
+    left = namespace["left"]
+    assert left["input_ids"].tolist() == [[5, 9, 2], [0, 0, 7]]
+    assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert left["label"].tolist() == [1, 0]
+    assert left["lengths"].tolist() == [3, 1]
+
+
+def check_collate_records(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = run()["batch"]
+    assert batch["id"].tolist() == [3, 4] and batch["id"].dtype == torch.int64
+    assert batch["tokens"].tolist() == [[5, 9, 2], [7, 0, 0]]
+    assert batch["name"] == ["a", "b"]
+
+
+CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
+    "first-fit": check_first_fit,
+    "wine": check_wine,
+    "csv-images": check_csv_images,
+    "surnames": check_surnames,
+    "pairs": check_pairs,
+    "squares": check_squares,
+    "pad-collate": check_pad_collate,
+    "collate-records": check_collate_records,
+}
+
+
+# --------------------------------------------------------------------------- the tests
+def test_every_runnable_block_has_a_check() -> None:
+    assert sorted(BLOCKS) == sorted(CHECKS)
+
+
+def test_every_marker_is_followed_by_a_python_block() -> None:
+    markers = [m for page in doc_pages() for m in MARKER.findall(page.read_text())]
+    assert sorted(markers) == sorted(BLOCKS)
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_runnable_block(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    CHECKS[name](runner(name), tmp_path, monkeypatch)
+
+
+def test_subclass_examples_stay_short() -> None:
+    """The docs promise a subclass of each DataModule in under 20 lines."""
+    for name in ("wine", "csv-images", "surnames", "pairs"):
+        lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
+        assert len(lines) < 20, f"{name}: {len(lines)} lines"
+
+
+def quickstart_commands(text: str) -> list[str]:
+    block = re.search(r"## Quickstart.*?```bash\n(.*?)```", text, flags=re.DOTALL)
+    assert block is not None
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("section", ["## Quickstart"])
+def test_quickstart_has_exactly_two_commands(section: str) -> None:
+    text = README.read_text()
+    block = re.search(re.escape(section) + r".*?```bash\n(.*?)```", text, flags=re.DOTALL)
+    assert block is not None
+    commands = [line for line in block.group(1).splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert commands[0].endswith("python examples/train_image_folder.py")
+    assert commands[1].endswith("python -m pytest -q")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert commands[1] in ci
+
+
+def test_getting_started_has_the_readme_quickstart() -> None:
+    docs = quickstart_commands((DOCS / "getting-started.md").read_text())
+    assert docs == quickstart_commands(README.read_text())
+
+
+def test_readme_links_into_docs_exist() -> None:
+    links = re.findall(r"\]\((docs/[^)#\s]+)", README.read_text())
+    assert links, "the README should link to its docs pages"
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert missing == []

@@ -1,0 +1,89 @@
+"""The package layout of the contributing guide holds: the import rule, module size, docstrings."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("tensor", "images", "text", "streaming")
+MAX_LINES = 520  # "about 500"
+MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def area(module: str) -> str:
+    """``core``, a data kind, ``tools``, ``collates`` or ``root`` (the package itself)."""
+    parts = module.split(".")
+    if parts[0] == "collates":
+        return "collates"
+    return parts[1] if len(parts) > 1 and parts[1] not in ("__main__",) else "root"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every ``datamodules`` / ``collates`` module this file imports, at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.split(".")[0] in ("datamodules", "collates")}
+
+
+def allowed(source: str, target: str) -> bool:
+    """The import rule: imports point down only."""
+    if source == target or source == "root":
+        return True
+    if source == "collates":
+        return False  # collates imports nothing from datamodules
+    if source == "core":
+        return target == "core"
+    if source == "tools":
+        return target in ("core", "collates")
+    # a data kind: core, tools and collates, never another data kind
+    return target in ("core", "tools", "collates")
+
+
+def test_the_layout_has_every_area() -> None:
+    areas = {area(module_name(p)) for p in MODULES}
+    assert areas == {"root", "core", "tools", "collates", *KINDS}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down(path: Path) -> None:
+    source = area(module_name(path))
+    wrong = []
+    for target_module in sorted(imported_modules(path)):
+        if target_module in ("datamodules", "collates"):
+            target = "root" if target_module == "datamodules" else "collates"
+        else:
+            target = area(target_module)
+        if target == "root" and source != "root":
+            wrong.append(target_module)  # the package root imports everything: never upward
+        elif target != "root" and not allowed(source, target):
+            wrong.append(target_module)
+    assert not wrong, f"{module_name(path)} ({source}) must not import {wrong}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_is_small_and_says_what_it_is_for(path: Path) -> None:
+    text = path.read_text()
+    assert text.count("\n") <= MAX_LINES, f"{path.name}: {text.count(chr(10))} lines"
+    docstring = ast.get_docstring(ast.parse(text))
+    assert docstring and len(docstring.split()) >= 5, f"{path.name} opens with no docstring"
+
+
+def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    # The checker itself: a core module importing a tool, and a kind importing another kind.
+    assert not allowed("core", "tools") and not allowed("text", "streaming")
+    assert not allowed("collates", "core") and allowed("images", "tools")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
+    assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}
