@@ -45,7 +45,7 @@ from datamodules.core.hardware import (
 )
 from datamodules.core.hooks import tool
 from datamodules.core.loaders import ResumableDataLoader
-from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
 from datamodules.core.splits import (
     SPLIT_NAMES,
     compute_split_indices,
@@ -301,7 +301,13 @@ class BaseDataModule(pl.LightningDataModule):
             self.tune_loader()
         view = self.view(split)
         rank, world = self._rank_world()
-        sampler = self.make_sampler(split, view, rank, world)
+        sampler: Any = self.make_sampler(split, view, rank, world)
+        previous = self._samplers.get(split)
+        if split == "train" and previous is not None:
+            sampler.continue_from(previous)  # a new loader goes on with the next epoch
+        trainer = self._trainer()
+        if trainer is not None and getattr(trainer, "overfit_batches", 0):
+            sampler = OverfitBatchSampler(sampler)  # the same first batches every epoch
         settings = self.loader_settings(split)
         if self.num_workers in (AUTO, TUNE):
             # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DistributedSampler, SequentialSampler
 
 
 def current_rank_and_world() -> tuple[int, int]:
@@ -95,6 +95,11 @@ class IndexBatchSampler(DistributedSampler):
     consumed, and after :meth:`load_state_dict` the next iteration of that epoch starts at the
     first batch not yet consumed.
 
+    Epochs advance as ``RandomSampler``'s do: each new iteration starts the next epoch
+    (reshuffled from ``seed + epoch``), unless :meth:`set_epoch` (Lightning, Fabric and
+    ``DistributedSampler``-style loops call it) or :meth:`load_state_dict` named the epoch since
+    the last iteration began; then that epoch is the one iterated.
+
     Args:
         num_samples: Length of the split being sampled.
         batch_size: Samples per batch on each rank.
@@ -133,6 +138,8 @@ class IndexBatchSampler(DistributedSampler):
         self.num_replicas = world
         self.rank = rank
         self.epoch = 0
+        self._epoch_given = False  # set_epoch / load_state_dict named the next epoch
+        self._started_epoch: int | None = None  # the epoch the last iteration began
         self._resume_epoch: int | None = None
         self._resume_batch = 0
         self._consumed = 0
@@ -162,8 +169,28 @@ class IndexBatchSampler(DistributedSampler):
         return self._num_batches
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch, which seeds the permutation (Lightning calls this every epoch)."""
+        """Sets the epoch of the next iteration, which seeds its permutation.
+
+        Lightning calls this before every epoch; without it each iteration starts the next
+        epoch by itself.
+        """
         self.epoch = epoch
+        self._epoch_given = True
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next iteration will start."""
+        if self._epoch_given or self._started_epoch is None:
+            return self.epoch
+        return self._started_epoch + 1
+
+    def continue_from(self, previous: IndexBatchSampler) -> None:
+        """Starts where ``previous`` (an earlier loader's sampler) would go on: its next epoch.
+
+        A DataModule calls this when it builds a new train loader, so that a hand-written
+        ``for epoch ...: for batch in dm.train_dataloader()`` loop reshuffles every epoch.
+        """
+        self.epoch = previous.next_epoch
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """Returns the epoch's order of all sample indices (the same on every rank)."""
@@ -187,7 +214,9 @@ class IndexBatchSampler(DistributedSampler):
         return list(share.split(sizes))
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        epoch = self.epoch
+        epoch = self.epoch = self.next_epoch
+        self._epoch_given = False
+        self._started_epoch = epoch
         start = 0
         if self._resume_epoch is not None:
             if self._resume_epoch == epoch:
@@ -236,3 +265,50 @@ class IndexBatchSampler(DistributedSampler):
         self._resume_epoch = int(state["epoch"])
         self._resume_batch = int(state["batches_consumed"])
         self.epoch = self._resume_epoch
+        self._epoch_given = True
+
+
+class OverfitBatchSampler(DistributedSampler, SequentialSampler):
+    """The sampler of every loader under ``Trainer(overfit_batches=n)``: the same batches,
+    in order, every epoch.
+
+    Lightning replaces a loader's sampler under ``overfit_batches`` unless it is a
+    ``SequentialSampler`` (and under DDP unless it is a ``DistributedSampler``), by
+    re-instantiating the loader around a ``SequentialSampler`` of single indices, which a
+    whole-batch loader cannot use. This wrapper is both, so Lightning keeps it; it yields the
+    wrapped sampler's batches of epoch 0 with shuffling off, whatever the epoch, so the first
+    ``n`` batches repeat exactly, disjoint across ranks.
+
+    Args:
+        sampler: The split's batch sampler (its ``shuffle`` is turned off).
+    """
+
+    def __init__(self, sampler: IndexBatchSampler) -> None:
+        # Neither base class's __init__: the wrapped sampler holds the state.
+        sampler.shuffle = False
+        self.sampler = sampler
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(self.sampler.batches(0))
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Notes the epoch; the batches stay those of epoch 0."""
+        self.epoch = epoch
+
+    def state_dict(self, consumed_batches: int | None = None) -> dict[str, Any]:
+        """The wrapped sampler's state (see :meth:`IndexBatchSampler.state_dict`)."""
+        return self.sampler.state_dict(consumed_batches)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Checks the state against the wrapped sampler; the batches do not depend on it."""
+        self.sampler.load_state_dict(state)
+        self.sampler._resume_epoch = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "sampler":  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.sampler, name)

@@ -176,6 +176,40 @@ class DataModuleContract:
         assert orders[0] != orders[1]
         assert orders[0] == orders[2]
 
+    def test_a_hand_written_loop_reshuffles_every_epoch(self, case: ContractCase) -> None:
+        # for epoch in range(3): for batch in dm.train_dataloader(): ... (a new loader each time)
+        dm = case.make(val_split=0, batch_size=4)
+        orders = [ids_of_loader(dm.train_dataloader(), case.batch_ids) for _ in range(3)]
+        assert all(sorted(order) == list(range(case.num_samples)) for order in orders)
+        assert len({tuple(order) for order in orders}) == 3
+        # The same loader object iterated again goes on the same way: epochs 0, 1, 2.
+        loader = case.make(val_split=0, batch_size=4).train_dataloader()
+        assert [ids_of_loader(loader, case.batch_ids) for _ in range(3)] == orders
+
+    def test_set_epoch_decides_the_epoch(self, case: ContractCase) -> None:
+        dm = case.make(val_split=0, batch_size=4)
+        loader = dm.train_dataloader()
+        first = ids_of_loader(loader, case.batch_ids)
+        loader.sampler.set_epoch(0)
+        assert ids_of_loader(loader, case.batch_ids) == first  # epoch 0 again, as Lightning asks
+        loader.sampler.set_epoch(5)
+        fifth = ids_of_loader(loader, case.batch_ids)
+        assert fifth != first and sorted(fifth) == list(range(case.num_samples))
+        assert ids_of_loader(loader, case.batch_ids) != fifth  # then epoch 6 by itself
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_overfit_batches_repeats_the_first_batches(
+        self, case: ContractCase, workers: int
+    ) -> None:
+        model = RecordingModel(case.batch_ids)
+        trainer = quiet_trainer(max_epochs=3, overfit_batches=2)
+        trainer.fit(model, datamodule=case.make(batch_size=4, num_workers=workers))
+        epochs = model.train_epochs()
+        assert len(epochs) == 3 and [len(batches) for batches in epochs] == [2, 2, 2]
+        assert epochs[0] == epochs[1] == epochs[2]
+        ids = [i for batch in epochs[0] for i in batch]
+        assert len(ids) == 8 and len(set(ids)) == 8
+
     def test_reuse_batch_memory_reaches_the_loader(self, case: ContractCase) -> None:
         for reuse in (True, False):
             dm = case.make(val_split=0.0, batch_size=4, num_workers=1, reuse_batch_memory=reuse)
