@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lightning.pytorch as pl  # noqa: E402
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 
 from tests.recording import RecordingModel  # noqa: E402
 
@@ -31,6 +32,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--ckpt-dir", default=None, help="save a checkpoint every train step")
+    parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     args = parser.parse_args()
     module_name, fn_name = args.factory.split(":")
     factory = getattr(importlib.import_module(module_name), fn_name)
@@ -42,12 +45,22 @@ def main() -> None:
         strategy="ddp",
         max_epochs=args.epochs,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=args.ckpt_dir is not None,
+        callbacks=[]
+        if args.ckpt_dir is None
+        else [
+            ModelCheckpoint(
+                dirpath=args.ckpt_dir,
+                every_n_train_steps=1,
+                save_top_k=-1,
+                filename="{epoch}-{step}",
+            )
+        ],
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(model, datamodule=dm)
+    trainer.fit(model, datamodule=dm, ckpt_path=args.resume)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {

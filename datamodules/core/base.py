@@ -302,12 +302,10 @@ class BaseDataModule(pl.LightningDataModule):
         view = self.view(split)
         rank, world = self._rank_world()
         sampler: Any = self.make_sampler(split, view, rank, world)
-        previous = self._samplers.get(split)
-        if split == "train" and previous is not None:
-            sampler.continue_from(previous)  # a new loader goes on with the next epoch
-        trainer = self._trainer()
-        if trainer is not None and getattr(trainer, "overfit_batches", 0):
-            sampler = OverfitBatchSampler(sampler)  # the same first batches every epoch
+        if split == "train" and split in self._samplers:  # a new loader: the next epoch
+            sampler.continue_from(self._samplers[split])
+        if getattr(self._trainer(), "overfit_batches", 0):  # the same batches every epoch
+            sampler = OverfitBatchSampler(sampler)
         settings = self.loader_settings(split)
         if self.num_workers in (AUTO, TUNE):
             # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.
@@ -477,6 +475,9 @@ class BaseDataModule(pl.LightningDataModule):
         settings = self._settings.get("train") or self.loader_settings("train")
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
+        repeats = getattr(self._samplers.get("train"), "resume_repeats", 0)
+        if repeats:
+            lines.append(f"  resume repeats: {repeats} sample(s), the rest of the epoch was small")
         if self.tuned is not None:
             lines.extend(self.tuned.summary_lines())
         lines.extend(self.extra_summary())
@@ -516,5 +517,4 @@ class BaseDataModule(pl.LightningDataModule):
     def __repr__(self) -> str:
         return self.summary()
 
-    def __str__(self) -> str:
-        return self.summary()
+    __str__ = __repr__

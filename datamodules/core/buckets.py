@@ -10,8 +10,8 @@ Helpers: :func:`pack_by_tokens` (greedy batches under a token budget) and
 
 from __future__ import annotations
 
+import copy
 import hashlib
-import heapq
 import itertools
 import math
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from datamodules.core.elastic import Segment, split_into_pieces
 from datamodules.core.samplers import IndexBatchSampler, check_positive_int
 
 BATCH_BY: tuple[str, ...] = ("samples", "tokens")
@@ -77,31 +78,6 @@ def pack_by_tokens(costs: np.ndarray, max_tokens: int, max_size: int | None = No
         sizes.append(size)
         i += size
     return sizes
-
-
-def split_into_pieces(batches: list[torch.Tensor], count: int) -> list[torch.Tensor]:
-    """Splits batches into exactly ``count`` non-empty pieces, largest pieces first.
-
-    Each extra piece comes from halving (then thirding, ...) the batch whose pieces are
-    currently largest (ties: the batch split least, then the earliest); a batch's pieces stay
-    in its place and are contiguous, near-equal slices of it. Needs
-    ``len(batches) <= count <= total samples``.
-    """
-    extra = count - len(batches)
-    if extra <= 0:
-        return batches
-    parts = [1] * len(batches)
-    heap = [(-len(b), 1, i) for i, b in enumerate(batches) if len(b) > 1]
-    heapq.heapify(heap)
-    for _ in range(extra):
-        _, _, i = heapq.heappop(heap)
-        parts[i] += 1
-        if len(batches[i]) > parts[i]:
-            heapq.heappush(heap, (-math.ceil(len(batches[i]) / parts[i]), parts[i], i))
-    pieces: list[torch.Tensor] = []
-    for batch, k in zip(batches, parts, strict=True):
-        pieces.extend([batch] if k == 1 else torch.tensor_split(batch, k))
-    return pieces
 
 
 class BucketBatchSampler(IndexBatchSampler):
@@ -242,6 +218,16 @@ class BucketBatchSampler(IndexBatchSampler):
                 "or truncate the samples (e.g. TextDataModule(max_length=...))."
             )
         self._cache: tuple[int, list[torch.Tensor]] | None = None
+        self._configure_layout()
+
+    def _configure_layout(self) -> None:
+        """Sets the batch count per rank for this world size and batch size (see above)."""
+        if not hasattr(self, "_costs"):  # IndexBatchSampler.__init__: the lengths come next
+            return
+        self._cache = None
+        n, by_tokens, drop_last, shuffle = (
+            self.dataset_size, self.batch_by == "tokens", self.drop_last, self.shuffle,
+        )  # fmt: skip
         world = self.num_replicas
         self.num_dropped = 0
         if not by_tokens:
@@ -261,6 +247,44 @@ class BucketBatchSampler(IndexBatchSampler):
         self._padded_total = 0 if drop_last else max(0, self._total - n)
         self.num_samples = math.ceil(n / world)
         self.total_size = self.num_samples * world
+
+    # ------------------------------------------------------------------ elastic resume
+    def with_layout(self, segment: Segment) -> BucketBatchSampler:
+        """A copy laid out for ``segment``'s world size, batch size and token budget."""
+        twin = copy.copy(self)
+        twin.num_replicas, twin.rank = segment.world, 0
+        twin.batch_size = segment.batch_size
+        if segment.max_tokens is not None:
+            twin.max_tokens = segment.max_tokens
+        twin._segments, twin._elastic = [], None
+        twin._configure_layout()
+        return twin
+
+    def epoch_order(self, epoch: int) -> torch.Tensor:
+        """The epoch's length-bucketed batches laid end to end (before dealing to ranks)."""
+        batches = self._global_batches(epoch)
+        return torch.cat(batches) if batches else torch.zeros(0, dtype=torch.int64)
+
+    def position_layout(self, epoch: int) -> list[list[torch.Tensor]]:
+        """Per rank, its batches of ``epoch`` as positions into :meth:`epoch_order`."""
+        order = self.epoch_order(epoch)
+        position = torch.full((self.dataset_size,), -1, dtype=torch.int64)
+        position[order] = torch.arange(len(order))
+        dealt = self.epoch_batches(epoch)
+        world = self.num_replicas
+        return [[position[b] for b in dealt[r::world]] for r in range(world)]
+
+    def cut_positions(self, positions: torch.Tensor, segment: Segment | None) -> list[torch.Tensor]:
+        """Cuts positions of the resumed epoch's order into batches: by samples or by tokens."""
+        batch_size = segment.batch_size if segment is not None else self.batch_size
+        if self.batch_by == "samples":
+            return list(positions.split(batch_size or 1))
+        max_tokens = segment.max_tokens if segment is not None else self.max_tokens
+        costs = self._costs[self._elastic_order[positions].numpy()]
+        return list(positions.split(pack_by_tokens(costs, max_tokens, batch_size)))
+
+    def _max_tokens(self) -> int | None:
+        return self.max_tokens
 
     # ------------------------------------------------------------------ epoch construction
     @property

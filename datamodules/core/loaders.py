@@ -77,7 +77,8 @@ class ResumableDataLoader(DataLoader):
             batches: Iterator[Any] = (collate(dataset[index]) for index in sampler)
         else:
             batches = super().__iter__()
-        last = len(self)
+        # The batches this epoch counts (an epoch resumed on another layout has its own).
+        last = sampler.epoch_length() if hasattr(sampler, "epoch_length") else len(self)
         try:
             for batch in iterate_with_pool(batches, self.batch_pool, self.persistent_workers):
                 self._yielded += 1

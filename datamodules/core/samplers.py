@@ -15,6 +15,7 @@ permutation on every rank from ``seed + epoch``.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, SequentialSampler
+
+from datamodules.core.elastic import Segment, deal, remaining_positions
 
 
 def current_rank_and_world() -> tuple[int, int]:
@@ -144,11 +147,22 @@ class IndexBatchSampler(DistributedSampler):
         self._resume_batch = 0
         self._consumed = 0
         self._consumed_epoch = 0
-        if drop_last:
-            per_rank = num_samples // world
+        #: The runs of an epoch resumed on another layout (world size, batch size), else [].
+        self._segments: list[Segment] = []
+        self._elastic: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None
+        self._resume_epoch_of_segments = 0
+        #: Samples repeated in a resumed epoch whose remainder was too small for its ranks.
+        self.resume_repeats = 0
+        self._configure_layout()
+
+    def _configure_layout(self) -> None:
+        """Sets what depends on the world size and batch size: the batch count per rank."""
+        n, world, batch_size = self.dataset_size, self.num_replicas, self.batch_size
+        if self.drop_last:
+            per_rank = n // world
             self._num_batches = per_rank // batch_size
         else:
-            per_rank = math.ceil(num_samples / world)
+            per_rank = math.ceil(n / world)
             self._num_batches = math.ceil(per_rank / batch_size)
         self.num_samples = per_rank  # DistributedSampler's attribute: samples per rank (max)
         self.total_size = per_rank * world
@@ -165,7 +179,64 @@ class IndexBatchSampler(DistributedSampler):
         return n // w + (1 if r < n % w else 0)
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank (the same on every rank)."""
+        """Batches per epoch on this rank (the same on every rank).
+
+        While an epoch resumed on another layout is pending, the larger of that and the
+        batches the resumed epoch counts (those consumed before plus its remainder), so that
+        a Trainer that reads the length once never stops the resumed epoch early.
+        """
+        if self._elastic_pending():
+            return max(self._num_batches, self.epoch_length())
+        return self._num_batches
+
+    # ------------------------------------------------------------------ elastic resume
+    def with_layout(self, segment: Segment) -> IndexBatchSampler:
+        """A copy of this sampler laid out for ``segment``'s world size and batch size."""
+        twin = copy.copy(self)
+        twin.num_replicas, twin.rank = segment.world, 0
+        twin.batch_size = segment.batch_size or 1
+        twin._segments, twin._elastic = [], None
+        twin._configure_layout()
+        return twin
+
+    def epoch_order(self, epoch: int) -> torch.Tensor:
+        """The epoch's order of sample indices, which no layout changes: the permutation."""
+        return self.permutation(epoch)
+
+    def position_layout(self, epoch: int) -> list[list[torch.Tensor]]:
+        """Per rank, its batches of ``epoch`` as positions into :meth:`epoch_order`."""
+        identity = torch.arange(len(self.epoch_order(epoch)), dtype=torch.int64)
+        return [self._batches_from(identity, r) for r in range(self.num_replicas)]
+
+    def cut_positions(self, positions: torch.Tensor, segment: Segment | None) -> list[torch.Tensor]:
+        """Cuts positions of the epoch order into batches of a layout's batch size."""
+        size = segment.batch_size if segment is not None else self.batch_size
+        return list(positions.split(size or 1))
+
+    def _elastic_pending(self) -> bool:
+        return bool(self._segments) and self.next_epoch == self._resume_epoch_of_segments
+
+    def _elastic_layout(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The resumed epoch's order and this rank's batches of positions (computed once)."""
+        epoch = self._resume_epoch_of_segments
+        if self._elastic is None or self._elastic[0] != epoch:
+            first = self.with_layout(self._segments[0])
+            order = first.epoch_order(epoch)
+            self._elastic_order = order
+            left = remaining_positions(
+                first.position_layout(epoch), self._segments, len(order), self.cut_positions,
+                self.drop_last,
+            )  # fmt: skip
+            layout, self.resume_repeats = deal(
+                left, self.num_replicas, self.cut_positions, None, self.drop_last
+            )
+            self._elastic = (epoch, order, layout[self.rank])
+        return self._elastic[1], self._elastic[2]
+
+    def epoch_length(self) -> int:
+        """Batches the next iteration's epoch counts on this rank, resumed batches included."""
+        if self._elastic_pending():
+            return sum(s.batches for s in self._segments) + len(self._elastic_layout()[1])
         return self._num_batches
 
     def set_epoch(self, epoch: int) -> None:
@@ -201,13 +272,17 @@ class IndexBatchSampler(DistributedSampler):
 
     def batches(self, epoch: int) -> list[torch.Tensor]:
         """Returns this rank's batches of ``epoch`` as index tensors (views, no copies)."""
-        perm = self.permutation(epoch)
-        share = perm[self.rank :: self.num_replicas]
+        return self._batches_from(self.permutation(epoch), self.rank)
+
+    def _batches_from(self, perm: torch.Tensor, rank: int) -> list[torch.Tensor]:
+        """Rank ``rank``'s batches of an epoch whose order is ``perm``."""
+        share = perm[rank :: self.num_replicas]
         n_batches = self._num_batches
         if self.drop_last:
             share = share[: n_batches * self.batch_size]
             return list(share.split(self.batch_size)) if n_batches else []
-        padded = self.num_padded
+        n, w = self.dataset_size, self.num_replicas
+        padded = max(0, n_batches - (n // w + (1 if rank < n % w else 0)))
         if padded:
             share = torch.cat([share, perm[:padded]])
         sizes = even_batch_sizes(len(share), n_batches, self.batch_size)
@@ -222,6 +297,16 @@ class IndexBatchSampler(DistributedSampler):
             if self._resume_epoch == epoch:
                 start = self._resume_batch
             self._resume_epoch = None
+        if self._segments and epoch == self._resume_epoch_of_segments:
+            order, positions = self._elastic_layout()
+            batches = [order[p] for p in positions]
+            done = sum(s.batches for s in self._segments)
+            self._consumed_epoch = epoch
+            for i, batch in enumerate(batches):
+                self._consumed = done + i + 1
+                yield batch
+            return
+        self._segments, self._elastic = [], None  # an elastic epoch is over
         batches = self.batches(epoch)
         self._consumed_epoch = epoch
         for i in range(start, len(batches)):
@@ -236,9 +321,17 @@ class IndexBatchSampler(DistributedSampler):
                 number this sampler has yielded (which, with worker processes prefetching, can
                 be ahead of what the training loop has used).
         """
+        epoch = self._consumed_epoch if consumed_batches is None else self.epoch
+        consumed = self._consumed if consumed_batches is None else consumed_batches
+        earlier: list[Segment] = []
+        if self._segments and epoch == self._resume_epoch_of_segments:
+            earlier = self._segments
+        done = sum(s.batches for s in earlier)
+        current = Segment(self.num_replicas, self.batch_size, consumed - done, self._max_tokens())
         return {
-            "epoch": self._consumed_epoch if consumed_batches is None else self.epoch,
-            "batches_consumed": self._consumed if consumed_batches is None else consumed_batches,
+            "epoch": epoch,
+            "batches_consumed": consumed,
+            "segments": [s.to_dict() for s in (*earlier, current)],
             "num_samples": self.dataset_size,
             "batch_size": self.batch_size,
             "num_replicas": self.num_replicas,
@@ -255,17 +348,36 @@ class IndexBatchSampler(DistributedSampler):
             ValueError: If the saved sampler differs in a way that changes the batches
                 (dataset length, batch size, world size, seed, shuffle or drop_last).
         """
-        for key in ("num_samples", "batch_size", "num_replicas", "seed", "shuffle", "drop_last"):
-            mine = self.state_dict()[key]
-            if key in state and state[key] != mine:
+        mine = self.state_dict()
+        for key in ("num_samples", "seed", "shuffle", "drop_last"):
+            if key in state and state[key] != mine[key]:
                 raise ValueError(
                     f"cannot resume the batch order exactly: the checkpoint was saved with "
-                    f"{key}={state[key]!r}, this run has {key}={mine!r}."
+                    f"{key}={state[key]!r}, this run has {key}={mine[key]!r}; keep {key} as it "
+                    "was to resume (world size and batch size may change)."
                 )
+        saved = state.get("segments") or [
+            {
+                "world": state["num_replicas"],
+                "batch_size": state["batch_size"],
+                "batches": state["batches_consumed"],
+            }
+        ]
+        segments = [Segment.from_dict(s) for s in saved]
         self._resume_epoch = int(state["epoch"])
         self._resume_batch = int(state["batches_consumed"])
         self.epoch = self._resume_epoch
         self._epoch_given = True
+        here = Segment(self.num_replicas, self.batch_size, segments[-1].batches, self._max_tokens())
+        same_layout = len(segments) == 1 and segments[0] == here
+        # The same layout resumes by skipping the consumed batches (the very same batches as
+        # an uninterrupted run); another one re-splits the rest of the epoch (core/elastic.py).
+        self._segments = [] if same_layout else segments
+        self._resume_epoch_of_segments = self._resume_epoch
+        self._elastic = None
+
+    def _max_tokens(self) -> int | None:
+        return None
 
 
 class OverfitBatchSampler(DistributedSampler, SequentialSampler):

@@ -74,8 +74,10 @@ def split_ids(dm: BaseDataModule, split: str) -> list[int]:
     return sorted(dm.split_indices[split].tolist())
 
 
-def run_ddp(case: ContractCase, out: Path, epochs: int = 2) -> list[dict[str, Any]]:
-    """Runs ``tests/ddp_runner.py`` (2 CPU processes, gloo) and returns each rank's record."""
+def run_ddp(
+    case: ContractCase, out: Path, epochs: int = 2, devices: int = 2, extra: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Runs ``tests/ddp_runner.py`` (``devices`` CPU processes, gloo); each rank's record."""
     command = [
         sys.executable,
         str(ROOT / "tests" / "ddp_runner.py"),
@@ -87,10 +89,13 @@ def run_ddp(case: ContractCase, out: Path, epochs: int = 2) -> list[dict[str, An
         str(out),
         "--epochs",
         str(epochs),
+        "--devices",
+        str(devices),
+        *extra,
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 
 
 class DataModuleContract:
@@ -303,6 +308,26 @@ class DataModuleContract:
             got = resumed.train_epochs()
             assert got[0] == reference[epoch][done:], f"resume at step {step}"
             assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
+
+    def test_elastic_resume_on_other_world_sizes(self, case: ContractCase, tmp_path: Path) -> None:
+        # A checkpoint taken mid-epoch on 2 ranks resumes on 3 ranks and on 1: across both
+        # runs every train sample of that epoch once, and the same batch count on every rank.
+        checkpoints = tmp_path / "checkpoints"
+        first = run_ddp(case, tmp_path / "two", epochs=1, extra=("--ckpt-dir", str(checkpoints)))
+        per_rank = len(first[0]["train"][0])
+        assert per_rank >= 3 and len(first[1]["train"][0]) == per_rank
+        train = sorted(i for r in first for batch in r["train"][0] for i in batch)
+        step = 2
+        seen = [i for r in first for batch in r["train"][0][:step] for i in batch]
+        ckpt = checkpoints / f"epoch=0-step={step}.ckpt"
+        for world in (3, 1):
+            out = tmp_path / f"resumed-on-{world}"
+            resumed = run_ddp(case, out, epochs=2, devices=world, extra=("--resume", str(ckpt)))
+            rest = [[i for batch in r["train"][0] for i in batch] for r in resumed]
+            assert sorted(seen + [i for ids in rest for i in ids]) == train, world
+            assert len({len(r["train"][0]) for r in resumed}) == 1, world  # even
+            nxt = [i for r in resumed for batch in r["train"][1] for i in batch]
+            assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
 
     # ---------------------------------------------------------------- bad input
     @pytest.mark.parametrize(

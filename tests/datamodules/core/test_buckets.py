@@ -132,8 +132,10 @@ def test_epoch_is_a_function_of_seed_and_epoch() -> None:
     a.set_epoch(2)
     b.set_epoch(2)
     assert [x.tolist() for x in a] == [x.tolist() for x in b]
+    a.set_epoch(2)
     b.set_epoch(3)
     assert [x.tolist() for x in a] != [x.tolist() for x in b]
+    a.set_epoch(2)
     c = BucketBatchSampler(lengths, 8, seed=4)
     c.set_epoch(2)
     assert [x.tolist() for x in a] != [x.tolist() for x in c]

@@ -90,10 +90,10 @@ def test_resume_skips_consumed_batches_of_the_saved_epoch_only() -> None:
     assert len([b for b in fresh]) == len(full)  # the next epoch is whole
 
 
-def test_resume_refuses_a_different_world_size() -> None:
-    state = IndexBatchSampler(50, 4, num_replicas=2, rank=0).state_dict(consumed_batches=1)
-    with pytest.raises(ValueError, match="num_replicas=2"):
-        IndexBatchSampler(50, 4, num_replicas=4, rank=0).load_state_dict(state)
+def test_resume_refuses_another_seed_naming_it() -> None:
+    state = IndexBatchSampler(50, 4, num_replicas=2, rank=0, seed=1).state_dict(consumed_batches=1)
+    with pytest.raises(ValueError, match="seed=1, this run has seed=2; keep seed"):
+        IndexBatchSampler(50, 4, num_replicas=4, rank=0, seed=2).load_state_dict(state)
 
 
 @pytest.mark.parametrize(

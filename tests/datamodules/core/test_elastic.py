@@ -1,0 +1,140 @@
+"""Elastic resume of the whole-batch samplers: another world size or batch size, exactly once.
+
+Every layout combination runs in-process on the samplers themselves (one sampler per rank);
+the contract test runs the real thing through the Trainer under DDP for each DataModule.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.elastic import Segment, deal
+from datamodules.core.samplers import IndexBatchSampler
+
+N = 103
+LENGTHS = torch.randint(1, 30, (N,), generator=torch.Generator().manual_seed(0))
+
+
+def make(kind: str, world: int, rank: int, batch_size: int | None = None) -> IndexBatchSampler:
+    if kind == "index":
+        return IndexBatchSampler(N, batch_size or 4, num_replicas=world, rank=rank, seed=3)
+    if kind == "buckets":
+        return BucketBatchSampler(
+            LENGTHS, batch_size or 4, num_replicas=world, rank=rank, seed=3, pool_batches=3
+        )
+    return BucketBatchSampler(
+        LENGTHS, None, batch_by="tokens", max_tokens=60, num_replicas=world, rank=rank, seed=3,
+        pool_batches=3,
+    )  # fmt: skip
+
+
+def consume(samplers: list[IndexBatchSampler], epoch: int, batches: int) -> list[int]:
+    """Every rank takes its first ``batches`` batches of ``epoch``; the ids they saw."""
+    seen: list[int] = []
+    for sampler in samplers:
+        sampler.set_epoch(epoch)
+        iterator = iter(sampler)
+        for _ in range(batches):
+            seen += next(iterator).tolist()
+    return seen
+
+
+def resume(state: dict, samplers: list[IndexBatchSampler]) -> tuple[list[int], list[int]]:
+    """Each rank resumes from ``state`` and runs out its epoch: the ids, and batches per rank."""
+    seen, counts = [], []
+    for sampler in samplers:
+        sampler.load_state_dict(state)
+        expected = sampler.epoch_length()
+        assert len(sampler) >= expected  # a Trainer reading the length never stops it early
+        batches = list(sampler)
+        assert expected == state["batches_consumed"] + len(batches)
+        counts.append(len(batches))
+        seen += [i for batch in batches for i in batch.tolist()]
+    return seen, counts
+
+
+@pytest.mark.parametrize("kind", ["index", "buckets", "tokens"])
+@pytest.mark.parametrize("old_world", [1, 2, 3])
+@pytest.mark.parametrize("new_world", [1, 2, 3])
+@pytest.mark.parametrize("consumed", [0, 1, 4])
+def test_every_layout_resumes_exactly_once_and_even(
+    kind: str, old_world: int, new_world: int, consumed: int
+) -> None:
+    old = [make(kind, old_world, r) for r in range(old_world)]
+    seen = consume(old, 1, consumed)
+    state = old[0].state_dict(consumed_batches=consumed)
+    new_batch = None if kind == "tokens" else 3  # the resumed run may change its batch size
+    new = [make(kind, new_world, r, new_batch) for r in range(new_world)]
+    rest, counts = resume(state, new)
+    assert sorted(seen + rest) == list(range(N))
+    assert len(set(counts)) == 1
+    # The next epoch is exactly a fresh run's on the new layout.
+    after = [[b.tolist() for b in sampler] for sampler in new]
+    fresh = [make(kind, new_world, r, new_batch) for r in range(new_world)]
+    for sampler in fresh:
+        sampler.set_epoch(2)
+    assert after == [[b.tolist() for b in sampler] for sampler in fresh]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+    steps=st.lists(st.integers(0, 6), min_size=3, max_size=3),
+    batch_sizes=st.lists(st.integers(1, 9), min_size=4, max_size=4),
+    n=st.integers(1, 60),
+)
+def test_nested_resumes_deliver_each_sample_once(
+    worlds: list[int], steps: list[int], batch_sizes: list[int], n: int
+) -> None:
+    # Interrupted again and again within one epoch, each time on another layout.
+    def sampler(world: int, rank: int, batch_size: int) -> IndexBatchSampler:
+        return IndexBatchSampler(n, batch_size, num_replicas=world, rank=rank, seed=5)
+
+    seen: list[int] = []
+    repeats = 0
+    state = None
+    for run, world in enumerate(worlds):
+        ranks = [sampler(world, r, batch_sizes[run]) for r in range(world)]
+        for rank in ranks:
+            if state is None:
+                rank.set_epoch(0)
+            else:
+                rank.load_state_dict(state)
+        lengths = {rank.epoch_length() for rank in ranks}
+        assert len(lengths) == 1  # every rank the same number of batches
+        length = lengths.pop()
+        done = 0 if state is None else state["batches_consumed"]
+        last = run == len(worlds) - 1
+        take = length - done if last else min(steps[run], length - done)
+        for rank in ranks:
+            iterator = iter(rank)
+            for _ in range(take):
+                seen += next(iterator).tolist()
+        if done + take == length:  # this run finished the epoch: its repeats were delivered
+            fresh = state is None or not ranks[0]._segments
+            repeats += sum(r.num_padded for r in ranks) if fresh else ranks[0].resume_repeats
+        state = ranks[0].state_dict(consumed_batches=done + take)
+    assert sorted(set(seen)) == list(range(n))
+    assert len(seen) == n + repeats
+
+
+def test_a_remainder_smaller_than_the_ranks_repeats_counted_samples() -> None:
+    left = torch.tensor([7, 9])
+    layout, repeated = deal(left, 3, lambda p, s: list(p.split(4)), None, False)
+    assert repeated == 1 and [len(r) for r in layout] == [1, 1, 1]
+    assert sorted(int(b) for r in layout for b in r[0]) == [7, 7, 9]
+
+
+def test_the_state_stays_small() -> None:
+    sizes = []
+    for n in (1_000, 1_000_000):
+        sampler = IndexBatchSampler(n, 32, num_replicas=2, rank=0)
+        sizes.append(len(json.dumps(sampler.state_dict(consumed_batches=7))))
+    assert abs(sizes[0] - sizes[1]) <= 4  # the digits of num_samples, nothing per sample
+    assert Segment.from_dict(Segment(2, 32, 7).to_dict()) == Segment(2, 32, 7)
