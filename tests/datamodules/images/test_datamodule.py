@@ -318,3 +318,34 @@ def test_lightning_cli_builds_it(folder: Path) -> None:
     assert isinstance(dm, ImageFolderDataModule)
     images, _ = next(iter(dm.train_dataloader()))
     assert images.shape == (5, 3, 16, 16)
+
+
+@pytest.mark.parametrize(("old_world", "new_world"), [(1, 2), (2, 1), (2, 3), (3, 2)])
+def test_balanced_draws_resume_elastically(old_world: int, new_world: int) -> None:
+    # Weighted draws repeat samples, so the resume works on draw positions, not sample ids.
+    from datamodules.images.datamodule import BalancedBatchSampler
+
+    labels = torch.tensor([0] * 30 + [1] * 7 + [2] * 3)
+
+    def ranks(world: int, batch_size: int) -> list[BalancedBatchSampler]:
+        return [
+            BalancedBatchSampler(labels, batch_size, num_replicas=world, rank=r, seed=9)
+            for r in range(world)
+        ]
+
+    draws = BalancedBatchSampler(labels, 4, seed=9).permutation(1).tolist()
+    seen: list[int] = []
+    old = ranks(old_world, 4)
+    for sampler in old:
+        sampler.set_epoch(1)
+        iterator = iter(sampler)
+        seen += [i for _ in range(2) for i in next(iterator).tolist()]
+    state = old[0].state_dict(consumed_batches=2)
+    counts = []
+    for sampler in ranks(new_world, 3):
+        sampler.load_state_dict(state)
+        batches = list(sampler)
+        counts.append(len(batches))
+        seen += [i for batch in batches for i in batch.tolist()]
+    assert sorted(seen) == sorted(draws)  # every draw of the epoch once, repeats as drawn
+    assert len(set(counts)) == 1
