@@ -47,7 +47,15 @@ from datamodules.streaming.errors import (
     check_on_error,
 )
 from datamodules.streaming.parquet import read_parquet
-from datamodules.streaming.remote import decompress, is_remote, local_path, open_binary
+from datamodules.streaming.remote import (
+    decompress,
+    default_options,
+    is_remote,
+    local_path,
+    open_binary,
+    remote_fs,
+)
+from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 
 if TYPE_CHECKING:
     from datamodules.streaming.shard_index import ShardIndex
@@ -102,7 +110,9 @@ def _has_magic(spec: str) -> bool:
     return any(c in spec for c in "*?[")
 
 
-def expand_files(spec: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
+def expand_files(
+    spec: str | os.PathLike | Iterable[str | os.PathLike], options: RemoteOptions | None = None
+) -> list[str]:
     """Turns a shard specification into a list of shard paths/URLs.
 
     Args:
@@ -123,9 +133,9 @@ def expand_files(spec: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
         item = os.fspath(item)
         if is_remote(item):
             if _has_magic(item):
-                import fsspec
-
-                fs, _, paths = fsspec.get_fs_token_paths(item)
+                fs, pattern = remote_fs(item, options)
+                opts = options or default_options()
+                paths = call_with_retries(item, opts, lambda fs=fs, p=pattern: fs.glob(p))
                 found = sorted(fs.unstrip_protocol(p) if "://" not in p else p for p in paths)
             else:
                 found = [item]
@@ -168,10 +178,17 @@ class ShardLines:
     next line and ``line`` its 1-based number.
     """
 
-    def __init__(self, path: str, compression: str | None, offset: int = 0, line: int = 0):
+    def __init__(
+        self,
+        path: str,
+        compression: str | None,
+        offset: int = 0,
+        line: int = 0,
+        options: RemoteOptions | None = None,
+    ):
         self.path = path
         try:
-            self.raw = open_binary(path, offset)
+            self.raw = open_binary(path, offset, options)
             self.f = decompress(self.raw, compression)
         except Exception as err:
             raise ShardError(
@@ -266,8 +283,10 @@ def csv_rows(
         yield line, offset, dict(zip(header, row, strict=False))
 
 
-def _csv_header(path: str, compression: str | None) -> list[str] | None:
-    lines = ShardLines(path, compression)
+def _csv_header(
+    path: str, compression: str | None, options: RemoteOptions | None = None
+) -> list[str] | None:
+    lines = ShardLines(path, compression, options=options)
     try:
         bad: list[tuple[int, str]] = []
         for row in csv.reader(_decoded(lines, bad)):
@@ -348,6 +367,7 @@ def read_records(
     index: ShardIndex | None = None,
     counter: SkipCounter | None = None,
     columns: Sequence[str] | None = None,
+    options: RemoteOptions | None = None,
 ) -> Iterator[Any]:
     """Yields the records ``[start, stop)`` of a shard, reading only what it must.
 
@@ -365,6 +385,7 @@ def read_records(
         index: The shard's index (same ``on_error``), for seeking.
         counter: Receives skipped records.
         columns: Parquet only: the columns to read (None: all).
+        options: How remote shards are opened: storage options, retries, timeout.
 
     Yields:
         dicts (JSON objects, CSV rows, Parquet rows), any JSON value, or strings (text).
@@ -380,7 +401,7 @@ def read_records(
     if stop == start:
         return
     if fmt == "parquet":
-        yield from read_parquet(path, start, stop, columns)
+        yield from read_parquet(path, start, stop, columns, options)
         return
     if index is not None and index.on_error != on_error:
         raise ValueError(
@@ -394,8 +415,8 @@ def read_records(
         offset, line = index.offsets[slot], index.lines[slot] - 1
         skip = start - slot * index.every
         if fmt == "csv":
-            header = _csv_header(path, compression)
-    lines = ShardLines(path, compression, offset, line)
+            header = _csv_header(path, compression, options)
+    lines = ShardLines(path, compression, offset, line, options)
     try:
         n = None if stop is None else stop - start
         if fmt == "csv":

@@ -10,6 +10,7 @@ in-process memo avoids even that file read.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -35,10 +36,11 @@ from datamodules.streaming.formats import (
     json_reason,
 )
 from datamodules.streaming.parquet import parquet_file
-from datamodules.streaming.remote import is_remote, local_path
+from datamodules.streaming.remote import default_options, is_remote, local_path, remote_fs
+from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 from datamodules.streaming.shard_index import ShardIndex
 
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2  # 2: size and version of the file
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -68,16 +70,15 @@ _VALIDATORS = (
 )
 
 
-def _fingerprint(path: str) -> dict[str, Any] | None:
+def _fingerprint(path: str, options: RemoteOptions | None = None) -> dict[str, Any] | None:
     """What identifies this version of the shard; None if it cannot be told apart."""
     if not is_remote(path):
         local = local_path(path)
         st = os.stat(local)
         return {"path": os.path.abspath(local), "size": st.st_size, "mtime": st.st_mtime_ns}
-    import fsspec
-
-    fs, fpath = fsspec.core.url_to_fs(path)
-    info = fs.info(fpath)
+    opts = options or default_options()
+    fs, fpath = call_with_retries(path, opts, lambda: remote_fs(path, opts))
+    info = call_with_retries(path, opts, lambda: fs.info(fpath))
     found = {k: str(info[k]) for k in _VALIDATORS if info.get(k)}
     if not found or info.get("size") is None:
         return None
@@ -90,6 +91,7 @@ def index_shard(
     on_error: OnError = "raise",
     cache_dir: str | os.PathLike | bool | None = None,
     counter: SkipCounter | None = None,
+    options: RemoteOptions | None = None,
 ) -> ShardIndex:
     """Counts the records of one shard and notes seek offsets; cached, so done once.
 
@@ -102,6 +104,7 @@ def index_shard(
         cache_dir: Where to keep the index; None: :func:`default_cache_dir`; False: nowhere
             (an in-process memo is still used).
         counter: Receives the skipped records / unreadable shard, also when cached.
+        options: How a remote shard is opened: storage options, retries, timeout.
 
     Returns:
         The shard's :class:`ShardIndex`.
@@ -115,11 +118,12 @@ def index_shard(
     fmt, compression = detect_format(path, fmt)
     mode = on_error if fmt != "parquet" else "raise"
     try:
-        fp = _fingerprint(path)
+        fp = _fingerprint(path, options)
     except Exception as err:  # missing file, no such URL, no permission
         return _unreadable(path, fmt, compression, on_error, err, counter)
     key = None
     if fp is not None:
+        identity = {"version": json.dumps(fp, sort_keys=True), "size": int(fp["size"])}
         fp.update(fmt=fmt, compression=compression, on_error=mode, version=_INDEX_VERSION)
         key = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()
         index = _MEMO.get(key) or _load_cached(key, cache_dir, path)
@@ -129,10 +133,11 @@ def index_shard(
                 counter.add_index(index)
             return index
     try:
-        index = _scan(path, fmt, compression, mode)
+        index = _scan(path, fmt, compression, mode, options)
     except ShardError as err:
         return _unreadable(path, fmt, compression, on_error, err, counter)
     if key is not None:
+        index = dataclasses.replace(index, **identity)
         _MEMO[key] = index
         _store_cached(key, cache_dir, index)
     if counter is not None:
@@ -213,9 +218,15 @@ def _scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
         yield lines.line, lines.start
 
 
-def _scan(path: str, fmt: str, compression: str | None, on_error: str) -> ShardIndex:
+def _scan(
+    path: str,
+    fmt: str,
+    compression: str | None,
+    on_error: str,
+    options: RemoteOptions | None = None,
+) -> ShardIndex:
     if fmt == "parquet":
-        with parquet_file(path) as pf:
+        with parquet_file(path, options) as pf:
             count = pf.metadata.num_rows
         return ShardIndex(path, fmt, None, "raise", count)
     skips = SkipCounter(keep=KEEP_MESSAGES)
@@ -223,7 +234,7 @@ def _scan(path: str, fmt: str, compression: str | None, on_error: str) -> ShardI
     offsets: list[int] = []
     line_nos: list[int] = []
     count = 0
-    lines = ShardLines(path, compression)
+    lines = ShardLines(path, compression, options=options)
     try:
         if fmt == "csv":  # rows may span lines: parse
             records = ((line, offset) for line, offset, _ in csv_rows(lines, on_error, skips))
@@ -267,10 +278,13 @@ def index_shards(
     cache_dir: str | os.PathLike | bool | None = None,
     counter: SkipCounter | None = None,
     max_threads: int = 8,
+    options: RemoteOptions | None = None,
 ) -> list[ShardIndex]:
     """:func:`index_shard` for many shards, a few at a time (remote shards overlap I/O)."""
     threads = max(1, min(max_threads, len(paths)))
     if threads == 1:
-        return [index_shard(p, fmt, on_error, cache_dir, counter) for p in paths]
+        return [index_shard(p, fmt, on_error, cache_dir, counter, options) for p in paths]
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda p: index_shard(p, fmt, on_error, cache_dir, counter), paths))
+        return list(
+            pool.map(lambda p: index_shard(p, fmt, on_error, cache_dir, counter, options), paths)
+        )

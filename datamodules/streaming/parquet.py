@@ -12,13 +12,15 @@ from typing import Any
 
 from datamodules.streaming.errors import ShardError
 from datamodules.streaming.remote import is_remote, local_path, open_seekable_remote
+from datamodules.streaming.retrying import RemoteOptions
 
 
 class parquet_file:
     """Context manager: a pyarrow ParquetFile over a local path or an fsspec file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, options: RemoteOptions | None = None) -> None:
         self.path = path
+        self.options = options
         self.handle: Any = None
 
     def __enter__(self) -> Any:
@@ -26,7 +28,7 @@ class parquet_file:
 
         try:
             if is_remote(self.path):
-                self.handle = open_seekable_remote(self.path)
+                self.handle = open_seekable_remote(self.path, self.options)
                 return pq.ParquetFile(self.handle)
             return pq.ParquetFile(local_path(self.path))
         except Exception as err:
@@ -41,8 +43,15 @@ class parquet_file:
             self.handle.close()
 
 
-def read_parquet(path: str, start: int, stop: int | None, columns: Sequence[str] | None):
-    with parquet_file(path) as pf:
+def read_parquet(
+    path: str,
+    start: int,
+    stop: int | None,
+    columns: Sequence[str] | None,
+    options: RemoteOptions | None = None,
+):
+    """Yields the rows ``[start, stop)`` of a Parquet shard as dicts (only their row groups)."""
+    with parquet_file(path, options) as pf:
         meta = pf.metadata
         stop = meta.num_rows if stop is None else min(stop, meta.num_rows)
         if start >= stop:

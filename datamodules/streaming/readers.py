@@ -1,7 +1,8 @@
 """Range readers: how a stream worker reads the records ``[start, stop)`` of one shard.
 
 * :class:`ShardReader`: the default, :func:`~datamodules.streaming.formats.read_records` with
-  the shard's index, so it seeks close to ``start``.
+  the shard's index, so it seeks close to ``start``; remote shards optionally through a local
+  :class:`~datamodules.streaming.cache.ShardCache`, with the next shards fetched ahead.
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
 """
 
@@ -11,8 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
+from datamodules.streaming.cache import Prefetcher, ShardCache
+from datamodules.streaming.errors import ShardError
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.index import ShardIndex
+from datamodules.streaming.remote import default_options, is_remote
+from datamodules.streaming.retrying import RemoteError, RemoteOptions
 
 Reader = Callable[[str, int, int], Iterable[Any]]
 
@@ -25,6 +30,11 @@ class ShardReader:
             read by its extension from the beginning.
         on_error: ``"raise"`` or ``"skip"`` bad records; must match how they were indexed.
         columns: Parquet columns to read (None: all).
+        options: How remote shards are opened: storage options, retries, timeout.
+        cache: Where remote shards are copied before they are read (None: read in place,
+            unless ``prefetch_shards`` asks for copies in a private temporary folder).
+        prefetch_shards: Remote shards to download ahead of the one being read, once the
+            stream has told the reader its plan (:meth:`plan`).
     """
 
     def __init__(
@@ -32,15 +42,75 @@ class ShardReader:
         indexes: dict[str, ShardIndex] | None = None,
         on_error: str = "raise",
         columns: Sequence[str] | None = None,
+        options: RemoteOptions | None = None,
+        cache: ShardCache | None = None,
+        prefetch_shards: int = 0,
     ) -> None:
         self.indexes = dict(indexes or {})
         self.on_error = on_error
         self.columns = columns
+        self.options = options or default_options()
+        if cache is None and prefetch_shards > 0:
+            cache = ShardCache(None, None, self.options)
+        self.cache = cache
+        self.prefetch_shards = prefetch_shards
+        self._prefetcher: Prefetcher | None = None
+        self._plan: list[str] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_prefetcher"] = None  # threads stay in their process
+        return state
+
+    def plan(self, paths: Sequence[str]) -> None:
+        """Tells the reader the shards it will read next, in order; starts prefetching them."""
+        self._plan = list(paths)
+        self._prefetch_after(-1)
+
+    def _prefetch_after(self, position: int) -> None:
+        if self.cache is None or self.prefetch_shards <= 0:
+            return
+        if self._prefetcher is None:
+            self._prefetcher = Prefetcher(self.cache, self.prefetch_shards)
+        upcoming = self._plan[position + 1 : position + 1 + self.prefetch_shards]
+        self._prefetcher.schedule([self._identity(p) for p in upcoming])
+
+    def _identity(self, path: str) -> tuple[str, str | None, int | None]:
+        index = self.indexes.get(path)
+        return path, getattr(index, "version", None), getattr(index, "size", None)
 
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
         index = self.indexes.get(path)
         fmt = index.fmt if index is not None else None
-        return read_records(path, fmt, self.on_error, start, stop, index, columns=self.columns)
+        if self.cache is None or not is_remote(path):
+            return read_records(
+                path,
+                fmt,
+                self.on_error,
+                start,
+                stop,
+                index,
+                columns=self.columns,
+                options=self.options,
+            )
+        return self._read_copy(path, fmt, start, stop, index)
+
+    def _read_copy(
+        self, path: str, fmt: str | None, start: int, stop: int, index: ShardIndex | None
+    ) -> Iterator[Any]:
+        assert self.cache is not None
+        if path in self._plan:
+            self._prefetch_after(self._plan.index(path))
+        if self._prefetcher is not None:
+            self._prefetcher.wait(path)
+        _, version, size = self._identity(path)
+        try:
+            with self.cache.open(path, version, size) as local:
+                yield from read_records(
+                    local, fmt, self.on_error, start, stop, index, columns=self.columns
+                )
+        except RemoteError as error:
+            raise ShardError(path, None, f"cannot download shard ({error.reason})") from error
 
 
 class SliceReader:

@@ -11,12 +11,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
-from typing import IO
+from functools import cache
+from typing import IO, Any
+
+from datamodules.streaming.retrying import CutShort, RemoteOptions, call_with_retries
 
 BUFFER = 1 << 20
+
+
+@cache
+def default_options() -> RemoteOptions:
+    """The options of remote reads outside a DataModule: no storage options, 5 retries, 60 s."""
+    return RemoteOptions()
 
 
 def is_remote(path: str) -> bool:
@@ -27,36 +37,112 @@ def local_path(path: str) -> str:
     return os.path.expanduser(path[len("file://") :] if path.startswith("file://") else path)
 
 
-def open_binary(path: str, offset: int = 0) -> IO[bytes]:
-    """Opens a shard for binary reading at ``offset`` (seeks when it can, else skips bytes)."""
+def remote_fs(url: str, options: RemoteOptions | None = None) -> tuple[Any, str]:
+    """``(filesystem, path)`` of a URL, with ``options``' storage options and timeout."""
+    import fsspec
+
+    options = options or default_options()
+    protocol = url.split("://", 1)[0]
+    return fsspec.core.url_to_fs(url, **options.fs_options(protocol))
+
+
+def open_binary(path: str, offset: int = 0, options: RemoteOptions | None = None) -> IO[bytes]:
+    """Opens a shard for binary reading at ``offset``.
+
+    A local file seeks. A remote one is a :class:`ResumableRemoteFile`: one streaming request
+    from ``offset`` (a Range request; a server that ignores ranges has the bytes before it
+    skipped), retried and resumed where it stopped when the network fails.
+    """
     if not is_remote(path):
         f = open(local_path(path), "rb", buffering=BUFFER)  # noqa: SIM115
         if offset:
             f.seek(offset)
         return f
-    import fsspec
+    return io.BufferedReader(ResumableRemoteFile(path, offset, options), BUFFER)
 
-    fs, fpath = fsspec.core.url_to_fs(path)
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    is_http = bool({"http", "https"} & set(protocols))
-    if offset == 0 and is_http:  # one streaming GET rather than a range request per block
-        return io.BufferedReader(fs.open(fpath, "rb", block_size=0), BUFFER)
-    f = fs.open(fpath, "rb")
-    if offset:
-        try:
-            f.seek(offset)
-            f.read(1)
-            f.seek(offset)
-        except (ValueError, OSError):  # the server does not serve byte ranges: stream and skip
-            f.close()
-            f = fs.open(fpath, "rb", block_size=0) if is_http else fs.open(fpath, "rb")
-            left = offset
-            while left:
-                chunk = f.read(min(left, BUFFER))
-                if not chunk:
-                    break
-                left -= len(chunk)
-    return io.BufferedReader(f, BUFFER)
+
+class ResumableRemoteFile(io.RawIOBase):
+    """A remote file read sequentially from an offset, resumed at the byte offset on failure.
+
+    Each (re)open is one streaming request from the current position: HTTP(S) with a
+    ``Range: bytes=N-`` header (a ``200`` answer to it, from a server that ignores ranges, has
+    its first N bytes skipped), other filesystems by a seek. A transient failure while opening
+    or reading (see :mod:`datamodules.streaming.retrying`) closes the stream, waits, and opens
+    it again at the position already read, so no byte is read twice or lost; a body that ends
+    before the length its response announced counts as such a failure.
+
+    Args:
+        url: The file's URL.
+        offset: The first byte to read.
+        options: Storage options, retries and timeout (default: :func:`default_options`).
+    """
+
+    def __init__(self, url: str, offset: int = 0, options: RemoteOptions | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.options = options or default_options()
+        self.fs, self.fpath = call_with_retries(url, self.options, lambda: remote_fs(url, options))
+        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
+        self.http = bool({"http", "https"} & set(protocols))
+        self.pos = offset
+        self.end: int | None = None  # where the current response's body ends, if announced
+        self.stream: Any = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _open(self) -> None:
+        if self.http:
+            headers = {"Range": f"bytes={self.pos}-"} if self.pos else {}
+            # A size given to fsspec spares the HEAD request it otherwise sends before each
+            # GET; a streaming file (block_size=0) does not use it.
+            stream = self.fs.open(self.fpath, "rb", block_size=0, size=-1, headers=headers)
+            response = getattr(stream, "r", None)
+            length = getattr(response, "content_length", None)
+            status = getattr(response, "status", 200)
+            if self.pos and status == 200:  # the server ignored the range: skip to pos
+                skip = self.pos
+                while skip:
+                    chunk = stream.read(min(skip, BUFFER))
+                    if not chunk:
+                        raise CutShort(f"ended {skip} bytes before offset {self.pos}")
+                    skip -= len(chunk)
+                self.end = length
+            else:
+                self.end = None if length is None else self.pos + length
+        else:
+            stream = self.fs.open(self.fpath, "rb")
+            stream.seek(self.pos)
+            size = getattr(stream, "size", None)
+            self.end = size if isinstance(size, int) else None
+        self.stream = stream
+
+    def _reset(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def _read_some(self, size: int) -> bytes:
+        if self.stream is None:
+            self._open()
+        data = self.stream.read(size)
+        if not data and self.end is not None and self.pos < self.end:
+            raise CutShort(f"{self.end - self.pos} of its bytes never came")
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = call_with_retries(
+            self.url, self.options, lambda: self._read_some(len(buffer)), self._reset
+        )
+        n = len(data)
+        buffer[:n] = data
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        self._reset()
+        super().close()
 
 
 def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
@@ -72,27 +158,71 @@ def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
     return io.BufferedReader(reader, BUFFER)
 
 
-def open_seekable_remote(path: str) -> IO[bytes]:
-    """A random-access remote file; if the server ignores byte ranges, a local spooled copy
-    (on disk past 64 MiB, so memory stays bounded)."""
+def open_seekable_remote(path: str, options: RemoteOptions | None = None) -> IO[bytes]:
+    """A random-access remote file (for Parquet footers and row groups).
+
+    Every read is a range request, retried as :func:`call_with_retries` says. A server that
+    ignores byte ranges gets a local spooled copy instead (on disk past 64 MiB, so memory
+    stays bounded), downloaded through a :class:`ResumableRemoteFile`.
+    """
     import tempfile
 
-    import fsspec
-
-    fs, fpath = fsspec.core.url_to_fs(path)
-    f = fs.open(fpath, "rb")
-    try:
-        size = f.size
-        if size:
-            f.seek(max(size - 8, 0))
-            f.read(8)
-            f.seek(0)
-        return f
-    except (ValueError, OSError):
-        f.close()
+    options = options or default_options()
+    fs, fpath = call_with_retries(path, options, lambda: remote_fs(path, options))
+    size = call_with_retries(path, options, lambda: fs.info(fpath).get("size"))
+    if size is not None and _serves_ranges(path, fs, fpath, size, options):
+        return io.BufferedReader(RangeFile(path, fs, fpath, int(size), options), BUFFER)
     spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115
-    with fs.open(fpath, "rb", block_size=0) as src:
+    with open_binary(path, 0, options) as src:
         while chunk := src.read(BUFFER):
             spool.write(chunk)
     spool.seek(0)
     return spool  # type: ignore[return-value]
+
+
+def _serves_ranges(path: str, fs: Any, fpath: str, size: int, options: RemoteOptions) -> bool:
+    if not size:
+        return True
+    start = max(size - 8, 0)
+    tail = call_with_retries(path, options, lambda: fs.cat_file(fpath, start=start, end=size))
+    return len(tail) == size - start
+
+
+class RangeFile(io.RawIOBase):
+    """A seekable remote file of known size; each read is one retried range request."""
+
+    def __init__(self, url: str, fs: Any, fpath: str, size: int, options: RemoteOptions) -> None:
+        super().__init__()
+        self.url, self.fs, self.fpath, self.size, self.options = url, fs, fpath, size, options
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        stop = min(self.size, self.pos + len(buffer))
+        if stop <= self.pos:
+            return 0
+        start = self.pos
+
+        def fetch() -> bytes:
+            data = self.fs.cat_file(self.fpath, start=start, end=stop)
+            if len(data) != stop - start:
+                raise CutShort(f"a range of {stop - start} bytes gave {len(data)}")
+            return data
+
+        data = call_with_retries(self.url, self.options, fetch)
+        buffer[: len(data)] = data
+        self.pos = stop
+        return len(data)

@@ -27,6 +27,9 @@ class ShardIndex:
         skipped: Bad records left out of the count (``on_error="skip"``).
         problems: The first few of those, as messages naming shard and line.
         error: Why the shard could not be read (``on_error="skip"`` only; ``count`` is 0).
+        size: The file's size in bytes, when known.
+        version: What identifies this version of the file (its size, ETag, Last-Modified or
+            modification time, as JSON): a local cache of the shard must match it.
     """
 
     path: str
@@ -40,3 +43,5 @@ class ShardIndex:
     skipped: int = 0
     problems: tuple[str, ...] = ()
     error: str | None = None
+    size: int | None = None
+    version: str | None = None

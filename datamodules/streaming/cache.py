@@ -1,0 +1,249 @@
+"""A local cache of remote shards, shared by epochs, runs and processes, and their prefetch.
+
+With ``cache_dir``, a remote shard is downloaded there once and read from local disk after:
+
+* **Atomic and validated.** A shard downloads to a temporary file, is checked against the
+  size the index recorded, and is renamed into place with a small JSON beside it that holds
+  the version it was downloaded at (size and ETag / Last-Modified, from
+  :class:`~datamodules.streaming.shard_index.ShardIndex`). A copy of another version is
+  downloaded again.
+* **Shared.** Later epochs, later runs and other processes of the machine use the same copy;
+  the ranks of one node download a shard once, under an exclusive file lock.
+* **Bounded.** Beyond ``limit`` bytes, copies are evicted least recently used first. A copy
+  some process is reading is never evicted: readers hold a shared lock on it while they read,
+  and eviction only takes copies whose lock it gets at once.
+
+Without ``cache_dir`` but with prefetch, shards go to a private temporary folder and each is
+deleted once read.
+
+:class:`Prefetcher` downloads a worker's next shards in a background thread while it reads
+the current one (``prefetch_shards``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from datamodules.streaming.remote import BUFFER, ResumableRemoteFile, is_remote
+from datamodules.streaming.retrying import RemoteError, RemoteOptions
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+
+
+def parse_size(value: Any, name: str = "cache_limit") -> int | None:
+    """Bytes from an int or a string such as ``"50GB"`` or ``"512 MiB"`` (None stays None).
+
+    Raises:
+        ValueError: Not a size, naming ``name`` and what is accepted.
+    """
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+        if match and match.group(2).upper() in _UNITS:
+            size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+            if size > 0:
+                return size
+    raise ValueError(
+        f"{name}={value!r} is not accepted: use a number of bytes > 0 or a string such as "
+        "'50GB', '512MB' or '8GiB'."
+    )
+
+
+class ShardCache:
+    """Local copies of remote shards in ``directory``, at most ``limit`` bytes (LRU).
+
+    Args:
+        directory: The cache folder (made if missing); None: a private temporary folder whose
+            copies are deleted once read (prefetch without a cache).
+        limit: Bytes the copies may take (None: no limit).
+        options: How the shards are downloaded (retries, timeout, storage options).
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike | None, limit: int | None, options: RemoteOptions
+    ) -> None:
+        self.keep = directory is not None
+        self.directory = os.fspath(directory) if directory is not None else None
+        self.limit = limit
+        self.options = options
+        #: Downloads this process made (a shard another process fetched first is not counted).
+        self.downloads = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def _root(self) -> str:
+        if self.directory is None:  # each process its own folder, made on first use
+            self.directory = tempfile.mkdtemp(prefix="datamodules-prefetch-")
+        os.makedirs(self.directory, exist_ok=True)
+        return self.directory
+
+    def entry(self, url: str) -> str:
+        """The path of ``url``'s copy (it may not exist yet)."""
+        digest = hashlib.sha1(url.encode()).hexdigest()[:20]
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rsplit("/", 1)[-1])[-60:]
+        return os.path.join(self._root(), f"{digest}-{name}")
+
+    @contextlib.contextmanager
+    def open(self, url: str, version: str | None, size: int | None) -> Iterator[str]:
+        """A context holding a valid local copy of ``url`` (downloaded if needed), locked
+        against eviction while inside it; yields the copy's path."""
+        path = self.ensure(url, version, size)
+        lock = _lock_file(path)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            if not self._valid(path, version, size):  # evicted between ensure and lock
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                path = self.ensure(url, version, size)
+                fcntl.flock(lock, fcntl.LOCK_SH)
+            with contextlib.suppress(OSError):
+                os.utime(path)  # last use, for LRU eviction
+            yield path
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+            if not self.keep:
+                _remove(path)
+
+    def ensure(self, url: str, version: str | None, size: int | None) -> str:
+        """Downloads ``url`` unless a valid copy is there; returns the copy's path."""
+        path = self.entry(url)
+        if self._valid(path, version, size):
+            return path
+        lock = _lock_file(path)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one download per machine
+            if not self._valid(path, version, size):
+                self._download(url, path, version, size)
+                self.downloads += 1
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+        if self.keep and self.limit is not None:
+            self.evict(keep=path)
+        return path
+
+    def _valid(self, path: str, version: str | None, size: int | None) -> bool:
+        try:
+            with open(path + ".json") as f:
+                meta = json.load(f)
+            actual = os.path.getsize(path)
+        except (OSError, ValueError):
+            return False
+        if size is not None and actual != size:
+            return False
+        return meta.get("version") == version and meta.get("size") == actual
+
+    def _download(self, url: str, path: str, version: str | None, size: int | None) -> None:
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+        try:
+            with ResumableRemoteFile(url, 0, self.options) as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, BUFFER)
+            got = os.path.getsize(tmp)
+            if size is not None and got != size:
+                raise RemoteError(url, None, f"downloaded {got} bytes, the index says {size}")
+            os.replace(tmp, path)
+            meta_tmp = tmp + ".json"
+            with open(meta_tmp, "w") as f:
+                json.dump({"url": url, "version": version, "size": got}, f)
+            os.replace(meta_tmp, path + ".json")
+        finally:
+            _remove(tmp)
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """``(last use, bytes, path)`` of every copy, least recently used first."""
+        found = []
+        root = self._root()
+        for name in os.listdir(root):
+            if name.endswith((".json", ".lock", ".part")):
+                continue
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                found.append((st.st_mtime, st.st_size, path))
+        return sorted(found)
+
+    def evict(self, keep: str | None = None) -> int:
+        """Deletes least recently used copies until the total is within ``limit``; never a copy
+        that is being read (or ``keep``). Returns the bytes freed."""
+        if self.limit is None:
+            return 0
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        freed = 0
+        for _, size, path in entries:
+            if total <= self.limit:
+                break
+            if path == keep:
+                continue
+            lock = _lock_file(path)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # someone reads it
+                os.close(lock)
+                continue
+            try:
+                _remove(path + ".json")
+                _remove(path)
+                total -= size
+                freed += size
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                os.close(lock)
+        return freed
+
+
+class Prefetcher:
+    """Downloads upcoming shards into a :class:`ShardCache` in background threads.
+
+    Args:
+        cache: Where the copies go.
+        ahead: How many shards to fetch ahead of the one being read.
+    """
+
+    def __init__(self, cache: ShardCache, ahead: int) -> None:
+        self.cache = cache
+        self.ahead = ahead
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: dict[str, Future] = {}
+
+    def schedule(self, upcoming: Sequence[tuple[str, str | None, int | None]]) -> None:
+        """Starts fetching the first ``ahead`` of ``upcoming`` ``(url, version, size)``."""
+        if self.ahead <= 0:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, self.ahead), thread_name_prefix="prefetch")
+        for url, version, size in upcoming[: self.ahead]:
+            if is_remote(url) and url not in self._futures:
+                self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
+
+    def wait(self, url: str) -> None:
+        """Waits for ``url``'s fetch, if one runs (its errors surface when the shard is read)."""
+        future = self._futures.pop(url, None)
+        if future is not None:
+            with contextlib.suppress(Exception):
+                future.result()
+
+
+def _lock_file(path: str) -> int:
+    return os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
