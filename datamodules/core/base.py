@@ -320,10 +320,12 @@ class BaseDataModule(pl.LightningDataModule):
         )
         if split == "train":
             loader.consumed_batches = WeakCall(self._consumed_batches)
+            loader.find_trainer = WeakCall(self._trainer)
             self._train_loader = weakref.ref(loader)
             if self._pending_sampler_state is not None:
                 sampler.load_state_dict(self._pending_sampler_state)
                 self._pending_sampler_state = None
+                loader.arm_length_correction()
         self._samplers[split] = sampler
         if not self._logged:
             self._logged = True
@@ -424,18 +426,16 @@ class BaseDataModule(pl.LightningDataModule):
             ValueError: If the saved split differs from this module's split.
         """
         saved = state_dict.get("split_fingerprint")
-        if saved is not None:
-            if self.fingerprint is None:
-                self._pending_fingerprint = saved
-            else:
-                self._check_fingerprint(saved)
+        if saved is not None and self.fingerprint is None:
+            self._pending_fingerprint = saved  # checked once setup has made the split
+        elif saved is not None:
+            self._check_fingerprint(saved)
         sampler_state = state_dict.get("train_sampler")
-        if sampler_state is not None:
-            sampler = self._samplers.get("train")
-            if sampler is not None:
-                sampler.load_state_dict(sampler_state)
-            else:
-                self._pending_sampler_state = sampler_state
+        loader = self._train_loader() if self._train_loader is not None else None
+        if sampler_state is not None and loader is not None:
+            loader.load_state_dict({"sampler": sampler_state})
+        elif sampler_state is not None:
+            self._pending_sampler_state = sampler_state
         self._restore_extra_state(state_dict)
 
     def _restore_extra_state(self, state_dict: dict[str, Any]) -> None:

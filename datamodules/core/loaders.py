@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
+from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
 
 
 def passthrough(batch: Any) -> Any:
@@ -63,12 +64,19 @@ class ResumableDataLoader(DataLoader):
         #: Called once per epoch, in the main process, when the last batch is in hand
         #: (before it is yielded, so it runs even if the consumer stops at ``len(loader)``).
         self.on_epoch_end: Callable[[], None] | None = None
+        #: Called once, in the main process, when the second batch of an iteration is in hand.
+        self.on_second_batch: Callable[[], None] | None = None
+        #: Returns the Trainer that drives this loader, if any (the DataModule sets it).
+        self.find_trainer: Callable[[], Any] | None = None
         self._yielded = 0
 
     def __iter__(self) -> Iterator[Any]:
         sampler = self.sampler
         resuming = getattr(sampler, "_resume_epoch", None) == getattr(sampler, "epoch", None)
-        self._yielded = sampler._resume_batch if resuming else 0
+        self._yielded = first = sampler._resume_batch if resuming else 0
+        # The batches this epoch counts (an epoch resumed on another layout has its own); read
+        # before the workers start, which iterate the sampler at once.
+        last = sampler.epoch_length() if hasattr(sampler, "epoch_length") else len(self)
         if self.num_workers == 0 and not self.pin_memory:
             # In-process fast path: the same fetch and collate as DataLoader's single-process
             # iterator, without its per-batch profiler record and bookkeeping (a third of the
@@ -77,13 +85,14 @@ class ResumableDataLoader(DataLoader):
             batches: Iterator[Any] = (collate(dataset[index]) for index in sampler)
         else:
             batches = super().__iter__()
-        # The batches this epoch counts (an epoch resumed on another layout has its own).
-        last = sampler.epoch_length() if hasattr(sampler, "epoch_length") else len(self)
         try:
             for batch in iterate_with_pool(batches, self.batch_pool, self.persistent_workers):
                 self._yielded += 1
-                if self._yielded == last and self.on_epoch_end is not None:
-                    self.on_epoch_end()
+                if self._yielded == last:
+                    self._epoch_ends()
+                if self.on_second_batch is not None and self._yielded - first == 2:
+                    hook, self.on_second_batch = self.on_second_batch, None
+                    hook()
                 yield batch
         except Exception:
             # Stop the workers now, while they answer: left to the garbage collector (the
@@ -93,6 +102,32 @@ class ResumableDataLoader(DataLoader):
                 shutdown()
                 self._iterator = None  # a persistent iterator restarts its workers next time
             raise
+
+    def _trainer(self) -> Any:
+        return self.find_trainer() if self.find_trainer is not None else None
+
+    def _epoch_ends(self) -> None:
+        sampler = self.sampler
+        if (
+            getattr(sampler, "_segments", None)
+            and sampler.epoch == sampler._resume_epoch_of_segments
+        ):
+            # An epoch resumed on another layout has its own length: the next is measured anew.
+            remeasure_train_loader(self._trainer())
+        if self.on_epoch_end is not None:
+            self.on_epoch_end()
+
+    def arm_length_correction(self) -> None:
+        """After a checkpoint that saw an epoch resumed on another layout end, tells the
+        Trainer the next epoch's true length at its second batch."""
+        if getattr(self.sampler, "ended_length", None) is not None:
+            self.on_second_batch = self._correct_length
+
+    def _correct_length(self) -> None:
+        self.sampler.ended_length = None
+        trainer = self._trainer()
+        if trainer is not None:
+            set_train_length(trainer, len(self.sampler))
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the sampler's position, counted in batches the training loop consumed."""
@@ -104,3 +139,4 @@ class ResumableDataLoader(DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the sampler's position; the next iteration resumes the saved epoch."""
         self.sampler.load_state_dict(state["sampler"])
+        self.arm_length_correction()

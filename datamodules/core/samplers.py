@@ -153,6 +153,9 @@ class IndexBatchSampler(DistributedSampler):
         self._resume_epoch_of_segments = 0
         #: Samples repeated in a resumed epoch whose remainder was too small for its ranks.
         self.resume_repeats = 0
+        #: The length of an epoch resumed on another layout that a checkpoint saw end; this
+        #: sampler reports it until its loader has told the Trainer the next epoch's length.
+        self.ended_length: int | None = None
         self._configure_layout()
 
     def _configure_layout(self) -> None:
@@ -181,12 +184,15 @@ class IndexBatchSampler(DistributedSampler):
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank).
 
-        While an epoch resumed on another layout is pending, the larger of that and the
-        batches the resumed epoch counts (those consumed before plus its remainder), so that
-        a Trainer that reads the length once never stops the resumed epoch early.
+        While an epoch resumed on another layout is pending, the batches that epoch counts
+        (those consumed before plus its remainder); right after such an epoch ended in a
+        checkpoint, its length (:attr:`ended_length`), until the loader corrects the Trainer
+        (see :mod:`datamodules.core.trainer_length`).
         """
+        if self.ended_length is not None:
+            return self.ended_length
         if self._elastic_pending():
-            return max(self._num_batches, self.epoch_length())
+            return self.epoch_length()
         return self._num_batches
 
     # ------------------------------------------------------------------ elastic resume
@@ -375,6 +381,14 @@ class IndexBatchSampler(DistributedSampler):
         self._segments = [] if same_layout else segments
         self._resume_epoch_of_segments = self._resume_epoch
         self._elastic = None
+        self.ended_length = None
+        if self._segments and not self._elastic_layout()[1]:
+            # The checkpoint saw that epoch end: the next iteration is a fresh next epoch,
+            # and a restoring Trainer must first see the ended epoch's length to agree.
+            self.ended_length = self.epoch_length()
+            self._segments, self._elastic = [], None
+            self.epoch = self._resume_epoch + 1
+            self._resume_epoch = None
 
     def _max_tokens(self) -> int | None:
         return None

@@ -3,7 +3,12 @@
 * :mod:`~datamodules.streaming.datamodule`: the DataModule.
 * :mod:`~datamodules.streaming.stream`: :class:`~datamodules.streaming.stream.ShardedStream`,
   exactly once across ranks and workers, resumable.
+* :mod:`~datamodules.streaming.position`: the stream's epochs, ``state_dict`` and resumes.
+* :mod:`~datamodules.streaming.layout`: how records are cut into ranks, batches and workers.
+* :mod:`~datamodules.streaming.elastic`: resuming an epoch on another world size, worker
+  count or batch size (what was delivered, recomputed in index space).
 * :mod:`~datamodules.streaming.loader`: :class:`~datamodules.streaming.loader.StreamLoader`.
+* :mod:`~datamodules.streaming.trainer_links`: how the train loader follows its Trainer.
 * :mod:`~datamodules.streaming.shuffle`: the bounded shuffle buffer and its replay.
 * :mod:`~datamodules.streaming.readers`: range readers of one shard.
 * :mod:`~datamodules.streaming.formats`: shard formats (JSONL, text, CSV) and finding shards.

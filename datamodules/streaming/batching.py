@@ -4,7 +4,7 @@
   :class:`~collates.PadCollate`'s padding rules.
 * :class:`Chain`: applies callables in order (``transform`` then the split's transforms).
 * :class:`BatchedIterable`: a user's ``IterableDataset`` of records (``dataset_factory=``),
-  mapped, batched and collated in the worker.
+  mapped, batched and collated in the worker; :func:`factory_loader`: its DataLoader.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from collates.records import collate_records
+from datamodules.core.loaders import passthrough
+from datamodules.core.shared_batches import attach_pool
 
 
 def stream_collate(samples: list[Any]) -> Any:
@@ -80,3 +82,28 @@ class BatchedIterable(IterableDataset):
                 batch = []
         if batch and not self.drop_last:
             yield self.collate(batch)
+
+
+def factory_loader(
+    dm: Any, dataset: Any, split: str, rank: int, world: int, kwargs: dict[str, Any]
+) -> DataLoader | None:
+    """The DataLoader of ``dataset_factory``'s dataset for a split (None: no such split).
+
+    Raises:
+        TypeError: The factory returned something other than an IterableDataset.
+    """
+    if dataset is None:
+        return None
+    if not isinstance(dataset, IterableDataset):
+        raise TypeError(
+            f"dataset_factory({split!r}, {rank}, {world}) returned a "
+            f"{type(dataset).__name__}: it must return an IterableDataset of records, or None."
+        )
+    drop_last = dm.drop_last and split == "train"
+    transform, collate = dm.transform_for(split), dm._collate_fn()
+    batched = BatchedIterable(dataset, dm.batch_size, transform, collate, drop_last)
+    kwargs["collate_fn"] = passthrough
+    pool = attach_pool(kwargs, dm.reuse_batch_memory)
+    loader = DataLoader(batched, batch_size=None, **kwargs)
+    loader.batch_pool = pool  # type: ignore[attr-defined]
+    return loader

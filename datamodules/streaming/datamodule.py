@@ -20,12 +20,18 @@ What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.
   with several workers each worker reads a contiguous block of batches and the loader takes
   one batch from each worker in turn, so blocks interleave (carry an id in the records to
   pair predictions with them).
-* **Resume.** The train position (epoch, batches delivered) is in ``state_dict()`` and in the
-  loader's own state, which Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)``
-  from a mid-epoch checkpoint yields exactly the batches of that epoch not yet seen. A resume
-  with another world size, worker count, batch size, seed or other shards raises a
-  ``ValueError`` saying what differs (pin ``num_workers`` to an int to resume on other hardware).
-* **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker.
+* **Epochs.** Under a Trainer the train stream runs ``trainer.current_epoch``; outside one,
+  each new iteration of a train loader (the same or a new one) is the next epoch, reshuffled
+  from ``shuffle_seed + epoch``; ``loader.set_epoch(e)`` decides explicitly.
+  ``Trainer(overfit_batches=n)`` turns the train shuffle off: the same first ``n`` batches.
+* **Resume.** The train position is in ``state_dict()`` and in the loader's state, which
+  Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)`` from a mid-epoch
+  checkpoint yields exactly the records of that epoch not yet seen, also on another world
+  size, worker count or batch size (re-split with equal batches per rank, see
+  :mod:`~datamodules.streaming.elastic`); later epochs are a fresh run's on the new layout.
+  Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
+* **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
+  (and, in an epoch resumed on another layout, 8 bytes per record left in it).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
@@ -62,14 +68,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
-from datamodules.core.loaders import passthrough
-from datamodules.core.shared_batches import attach_pool
 from datamodules.streaming.arguments import (
     check_files,
     check_stream_arguments,
     check_stream_split_arguments,
 )
-from datamodules.streaming.batching import BatchedIterable, Chain, stream_collate
+from datamodules.streaming.batching import Chain, factory_loader, stream_collate
 from datamodules.streaming.errors import SkipCounter
 from datamodules.streaming.formats import expand_files, read_records
 from datamodules.streaming.index import ShardIndex, index_shards
@@ -77,6 +81,12 @@ from datamodules.streaming.inspection import SPLITS, StreamInspection
 from datamodules.streaming.loader import StreamLoader
 from datamodules.streaming.readers import ShardReader, SliceReader
 from datamodules.streaming.stream import ShardedStream
+from datamodules.streaming.trainer_links import (
+    ConsumedBatches,
+    ResumedEpochEnd,
+    TrainerLength,
+    restored_inside_finished_epoch,
+)
 
 __all__ = ["StreamingDataModule", "stream_collate"]
 
@@ -92,18 +102,6 @@ STAGE_SPLITS = {
 _ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
 #: torch's warning when workers outnumber CPUs.
 _MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
-
-
-class _ConsumedBatches:
-    """Asks the DataModule how many train batches the Trainer consumed, holding it weakly, so
-    that a loader never keeps its DataModule (and the Trainer) alive."""
-
-    def __init__(self, dm: StreamingDataModule) -> None:
-        self._dm = weakref.ref(dm)
-
-    def __call__(self) -> int | None:
-        dm = self._dm()
-        return None if dm is None else dm._consumed_batches()
 
 
 class StreamingDataModule(StreamInspection, BaseDataModule):
@@ -316,7 +314,11 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
 
     # ------------------------------------------------------------------ loaders
     def make_stream(self, split: str, rank: int, world: int) -> ShardedStream:
-        """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable)."""
+        """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable).
+
+        The train stream runs ``trainer.current_epoch`` under a Trainer; outside one, the
+        epoch after the previous train loader's (0 at first).
+        """
         shards = self._index(split)
         train = split == "train"
         if self._custom_reader():
@@ -326,13 +328,22 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
             reader = ShardReader({s.path: s for s in shards}, self.on_error, self.columns)
             listed = shards
         trainer = self._trainer()
-        epoch = int(trainer.current_epoch) if train and trainer is not None else 0
+        overfit = train and trainer is not None and trainer.overfit_batches > 0
+        if not train:
+            epoch = 0
+        elif trainer is not None:
+            epoch = int(trainer.current_epoch)
+        else:  # outside a Trainer: the epoch after the last train loader's
+            last = self._train_stream
+            epoch = 0 if last is None else last.epoch + int(last._iterated)
         return ShardedStream(
             listed,
             batch_size=self.batch_size,
             rank=rank,
             world_size=world,
-            shuffle=self.shuffle and train,
+            # overfit_batches: the same first batches every epoch (Lightning turns off the
+            # shuffle of the loaders it can re-sample; a stream does it here).
+            shuffle=self.shuffle and train and not overfit,
             shuffle_buffer=self.shuffle_buffer,
             seed=self.shuffle_seed,
             epoch=epoch,
@@ -357,7 +368,9 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
             )
             warnings.filterwarnings("ignore", message=_MANY_WORKERS, category=UserWarning)
         if self.dataset_factory is not None:
-            loader = self._factory_loader(split, rank, world, settings.loader_kwargs())
+            assert self.dataset_factory is not None
+            dataset = self.dataset_factory(split, rank, world)
+            loader = factory_loader(self, dataset, split, rank, world, settings.loader_kwargs())
         else:
             # Our length is exact on every rank and worker count (Lightning cannot know that).
             warnings.filterwarnings("ignore", message=_ITERABLE_LEN, category=UserWarning)
@@ -366,37 +379,20 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
                 stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
             )
             if split == "train":
-                loader.consumed_batches = _ConsumedBatches(self)
+                loader.consumed_batches = ConsumedBatches(self)
+                loader.on_last_batch = ResumedEpochEnd(self, stream)
                 self._train_loader_ref = weakref.ref(loader)
                 self._train_stream = stream
-                if self._pending_stream_state is not None:
-                    loader.load_state_dict(self._pending_stream_state)
+                pending = self._pending_stream_state
+                if pending is not None:
+                    loader.load_state_dict(pending)
                     self._pending_stream_state = None
+                    if restored_inside_finished_epoch(self._trainer(), pending, len(loader)):
+                        ended = int(pending["ended_length"])
+                        loader.on_second_batch = TrainerLength(self, stream, ended)
         if not self._logged:
             self._logged = True
             self._log_summary()
-        return loader
-
-    def _factory_loader(
-        self, split: str, rank: int, world: int, kwargs: dict[str, Any]
-    ) -> DataLoader | None:
-        assert self.dataset_factory is not None
-        dataset = self.dataset_factory(split, rank, world)
-        if dataset is None:
-            return None
-        if not isinstance(dataset, IterableDataset):
-            raise TypeError(
-                f"dataset_factory({split!r}, {rank}, {world}) returned a "
-                f"{type(dataset).__name__}: it must return an IterableDataset of records, or None."
-            )
-        train = split == "train"
-        transform, collate = self.transform_for(split), self._collate_fn()
-        drop_last = self.drop_last and train
-        batched = BatchedIterable(dataset, self.batch_size, transform, collate, drop_last)
-        kwargs["collate_fn"] = passthrough
-        pool = attach_pool(kwargs, self.reuse_batch_memory)
-        loader = DataLoader(batched, batch_size=None, **kwargs)
-        loader.batch_pool = pool  # type: ignore[attr-defined]
         return loader
 
     def train_dataloader(self) -> DataLoader:
@@ -460,10 +456,13 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the train position; the next train epoch resumes after the saved batches.
 
+        The world size, worker count and batch size may differ from the checkpoint's (the
+        rest of the epoch is re-split exactly over this run's ranks and workers).
+
         Raises:
             ValueError: The train shards differ from the checkpoint's, or (when the loader is
-                built, or at its first batch) the world size, worker count, batch size, seed,
-                shuffle settings differ.
+                built) ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last``
+                differ.
         """
         saved = state_dict.get("split_fingerprint")
         if saved is not None and self.fingerprint is not None and saved != self.fingerprint:

@@ -118,5 +118,14 @@ class StreamInspection:
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
         lines.append(f"  bad records: on_error={self.on_error!r}; {self.skipped.summary()}")
+        stream = getattr(self, "_train_stream", None)
+        resumed = None if stream is None else stream.resumed()
+        if resumed is not None:  # an epoch resumed on another layout
+            epoch, layouts, repeats = resumed
+            lines.append(
+                f"  resume: train epoch {epoch} continues on {stream.world_size} rank(s) x "
+                f"{stream._loader_workers} worker(s) after {layouts} earlier layout(s); "
+                f"{repeats} record(s) repeated to keep ranks even"
+            )
         lines.extend(self.extra_summary())
         return "\n".join(lines)

@@ -15,9 +15,11 @@ from datamodules.streaming.stream import ShardedStream
 class StreamLoader(DataLoader):
     """The DataLoader for a :class:`ShardedStream`: epochs, resumable position, no re-batching.
 
-    Each iteration starts a new epoch (the first one the stream's ``epoch``); after
-    :meth:`load_state_dict` the next iteration resumes the saved epoch instead. Lightning
-    saves :meth:`state_dict` in checkpoints and restores it before the resumed epoch.
+    Each iteration starts a new epoch (the first one the stream's ``epoch``), reshuffled as
+    ``RandomSampler`` would; :meth:`set_epoch` chooses the next one explicitly. After
+    :meth:`load_state_dict` the next iteration resumes the saved epoch instead, also when it
+    was saved with another world size, worker count or batch size. Lightning saves
+    :meth:`state_dict` in checkpoints and restores it before the resumed epoch.
 
     With worker processes, batches travel through a
     :class:`~datamodules.core.shared_batches.SharedBatchPool`: tensors under 128 KB by value through
@@ -53,15 +55,42 @@ class StreamLoader(DataLoader):
         self.batch_pool: SharedBatchPool | None = attach_pool(kwargs, reuse_batch_memory)
         self.reuse_batch_memory = reuse_batch_memory
         super().__init__(dataset, batch_size=None, **kwargs)
+        dataset._loader_workers = max(self.num_workers, 1)
         self.consumed_batches: Callable[[], int | None] | None = None
+        #: Optional callable run just before the last batch of an epoch is yielded (a
+        #: consumer that stops after it never asks for the end of the iteration).
+        self.on_last_batch: Callable[[], None] | None = None
+        #: Optional callable run once, when the consumer asks for the second batch of the
+        #: next iteration (or for the end of a one-batch one); then set back to None.
+        self.on_second_batch: Callable[[], None] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration run ``epoch`` from its start (see
+        :meth:`ShardedStream.set_epoch`)."""
+        self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[Any]:
         stream: ShardedStream = self.dataset  # type: ignore[assignment]
         stream._begin_epoch(max(self.num_workers, 1))
+        if self._IterableDataset_len_called is not None:  # torch warns past the length it saw
+            self._IterableDataset_len_called = len(stream)  # (a resumed epoch's differs)
         batches = iterate_with_pool(super().__iter__(), self.batch_pool, self.persistent_workers)
+        first = True
         for batch in batches:
             stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts
+            if self.on_last_batch is not None and stream._yielded == len(stream):
+                self.on_last_batch()
             yield batch
+            if first:
+                first = False
+                self._second_batch()
+        if first:
+            self._second_batch()
+
+    def _second_batch(self) -> None:
+        hook, self.on_second_batch = self.on_second_batch, None
+        if hook is not None:
+            hook()
 
     def state_dict(self) -> dict[str, Any]:
         """The stream's position (see :meth:`ShardedStream.state_dict`)."""

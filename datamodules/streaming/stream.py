@@ -6,15 +6,12 @@ How records are placed (one epoch):
    sequence of ``N`` records; each shard contributes its record count (from
    :func:`~datamodules.streaming.index.index_shards`).
 2. Rank ``r`` of ``R`` takes a contiguous range of that sequence, the ranges as even as
-   possible, and cuts it into ``ceil(ceil(N / R) / batch_size)`` batches, the same count on
-   every rank: all full except the last one, or the last two when a rank holds one batch less
-   one record (they then split one batch's worth). With ``drop_last`` every rank takes
-   ``floor(floor(N / R) / batch_size)`` full batches and the rest of the epoch is dropped.
-3. The rank's batches are dealt to its DataLoader workers in contiguous blocks (worker ``w``
-   of ``W`` gets ``nb // W`` batches, one more if ``w < nb % W``). A worker reads its range
-   shard piece by shard piece, seeking to the first record (a Parquet row group, a line offset
-   from the index), shuffles it through a buffer of ``shuffle_buffer`` records seeded from
-   ``(seed, epoch, rank, worker)``, and yields whole collated batches.
+   possible, cut into the same number of batches on every rank, and deals its batches to
+   its DataLoader workers in contiguous blocks (the rules:
+   :class:`~datamodules.streaming.layout.Plan`). A worker reads its range shard piece by
+   shard piece, seeking to the first record (a Parquet row group, a line offset from the
+   index), shuffles it through a buffer of ``shuffle_buffer`` records seeded from ``(seed,
+   epoch, rank, worker)``, and yields whole collated batches.
 
 So every record is delivered exactly once per epoch across all ranks and workers, whatever
 the number and sizes of the shards, and every rank yields the same number of batches, so DDP
@@ -23,13 +20,22 @@ records than ranks, or ``batch_size=1`` with ``N % R != 0``): the few ranks shor
 record then repeat records from the start of the epoch, as ``DistributedSampler`` does, and
 a warning says how many (:attr:`ShardedStream.num_padded`).
 
-The DataLoader takes batches from its workers round-robin (``in_order=True``), so after the
-rank has delivered ``k`` batches worker ``w`` has delivered ``k // W + (w < k % W)`` of them. A
-position is thus ``(epoch, k)``: on resume each worker replays its shuffle buffer over record
-*positions* (cheap, no I/O), re-reads only the records still in the buffer and continues, and
-the workers' roles rotate so the round-robin continues where it stopped. Resuming needs the
-same world size, worker count, shards, batch size, seed and shuffle settings; anything else
-raises a ValueError instead of silently duplicating or dropping records.
+Epochs: each iteration through a :class:`~datamodules.streaming.loader.StreamLoader` runs the
+next epoch (reshuffled, as ``RandomSampler`` does); :meth:`ShardedStream.set_epoch` decides
+explicitly. Without shuffling the order does not depend on the epoch.
+
+Resume. The DataLoader takes batches from its workers round-robin (``in_order=True``), so
+after the rank has delivered ``k`` batches worker ``w`` has delivered ``k // W + (w < k % W)``
+of them. A position is thus ``(epoch, k)`` plus the layout that delivered it. On the same
+layout (world size, worker count, batch size) each worker replays its shuffle buffer over
+record *positions* (cheap, no I/O), re-reads only the records still in the buffer and
+continues, and the workers' roles rotate so the round-robin continues where it stopped: the
+same batches as without the interruption. On another layout the records not delivered yet
+are recomputed in index space and re-split over the new ranks and workers
+(:mod:`~datamodules.streaming.elastic`): still every record exactly once, the same number of
+batches on every rank, and the next epochs are those of a fresh run on the new layout.
+Other shards, another seed, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise a
+ValueError instead of silently duplicating or dropping records.
 
 Use :class:`~datamodules.streaming.loader.StreamLoader` (a DataLoader) to iterate: it numbers the
 epochs, counts delivered batches for ``state_dict`` and passes both to persistent workers
@@ -38,41 +44,31 @@ through shared memory.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import count, islice
+from itertools import compress, count, islice
 from operator import itemgetter
 from typing import Any
 
-import torch
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
+from datamodules.streaming.elastic import Segment, buffer_rng, remainder, runs
 from datamodules.streaming.index import ShardIndex
+from datamodules.streaming.layout import Plan, worker_done
+from datamodules.streaming.position import StreamPosition, check_int
 from datamodules.streaming.readers import Reader, ShardReader
 from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
 
 __all__ = ["ShardedStream"]
 
-_STATE_VERSION = 1
 _first = itemgetter(0)
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
-    return value
-
-
-class ShardedStream(IterableDataset):
+class ShardedStream(StreamPosition, IterableDataset):
     """Streams collated batches from shards; exactly once per epoch over ranks x workers.
 
     Args:
@@ -116,16 +112,16 @@ class ShardedStream(IterableDataset):
         on_error: str = "raise",
     ) -> None:
         super().__init__()
-        self.batch_size = _check_int(batch_size, "batch_size", 1)
-        self.world_size = _check_int(world_size, "world_size", 1)
-        self.rank = _check_int(rank, "rank", 0)
+        self.batch_size = check_int(batch_size, "batch_size", 1)
+        self.world_size = check_int(world_size, "world_size", 1)
+        self.rank = check_int(rank, "rank", 0)
         if rank >= world_size:
             raise ValueError(f"rank={rank} is not accepted: use 0 <= rank < {world_size}.")
-        self.shuffle_buffer = _check_int(shuffle_buffer, "shuffle_buffer", 0)
+        self.shuffle_buffer = check_int(shuffle_buffer, "shuffle_buffer", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed={seed!r} is not accepted: use an int.")
         self.seed = seed
-        self.epoch = _check_int(epoch, "epoch", 0)
+        self.epoch = check_int(epoch, "epoch", 0)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
@@ -144,7 +140,7 @@ class ShardedStream(IterableDataset):
             else:
                 path, count = shard
             self.paths.append(str(path))
-            self.counts.append(_check_int(count, f"record count of {path!r}", 0))
+            self.counts.append(check_int(count, f"record count of {path!r}", 0))
         if not self.paths:
             raise ValueError("shards=[] is not accepted: give at least one shard.")
         if len(set(self.paths)) != len(self.paths):
@@ -154,71 +150,48 @@ class ShardedStream(IterableDataset):
         self.collate = collate if collate is not None else passthrough
         self.reader = reader if reader is not None else ShardReader(indexes, on_error)
         self.num_records = sum(self.counts)
-        self._layout()
+        self._plan = Plan.make(self.num_records, self.world_size, self.batch_size, self.drop_last)
+        self.num_padded, self.num_dropped = self._plan.padded, self._plan.dropped
         if self.num_padded:
             warnings.warn(
                 f"{self.num_records} record(s) cannot give {self.world_size} ranks "
-                f"{self._nb} non-empty batch(es) each: {self.num_padded} record(s) are "
+                f"{self._plan.nb} non-empty batch(es) each: {self.num_padded} record(s) are "
                 "repeated so that every rank yields the same number of batches.",
                 stacklevel=2,
             )
-        # [epoch, batches already delivered in it, worker count they were delivered with];
-        # shared memory, so that persistent workers see a new epoch or a resume position.
-        self._shared = torch.tensor([self.epoch, 0, 0], dtype=torch.int64).share_memory_()
-        self._yielded = 0
-        self._iterated = False
-        self._workers: int | None = None
-        self._pending: tuple[int, int, int] | None = None
-        self._worker_resume: tuple[int, int] | None = None
+        self._init_position()
+        self._cache: tuple[Any, Any, Plan] | None = None
 
     # ------------------------------------------------------------------ layout
-    def _layout(self) -> None:
-        n, ranks, b = self.num_records, self.world_size, self.batch_size
-        self.num_padded = self.num_dropped = 0
-        if self.drop_last:
-            self._nb = (n // ranks) // b
-            self._rank_size = [self._nb * b] * ranks
-            self.num_dropped = n - ranks * self._nb * b
-        elif n == 0:
-            self._nb, self._rank_size = 0, [0] * ranks
-        else:
-            self._nb = _ceil_div(_ceil_div(n, ranks), b)
-            # A rank holding fewer records than batches (n < ranks, or b == 1 and n % ranks)
-            # is topped up: every rank then holds exactly nb records.
-            total = ranks * self._nb if n // ranks < self._nb else n
-            self.num_padded = total - n
-            self._rank_size = [total // ranks + (r < total % ranks) for r in range(ranks)]
-        self._rank_start = [0]
-        for size in self._rank_size[:-1]:
-            self._rank_start.append(self._rank_start[-1] + size)
-
-    def __len__(self) -> int:
-        """Batches this rank yields per epoch (the same on every rank)."""
-        return self._nb
-
-    def _sizes(self, n: int) -> tuple[int, tuple[int, ...]]:
-        """This rank's batches: ``(number of full batches, sizes of the ones after)``."""
-        nb, b = self._nb, self.batch_size
-        if nb == 0:
-            return 0, ()
-        last = n - b * (nb - 1)
-        if last >= 1:
-            return nb - 1, (last,)
-        return nb - 2, ((b + 1) // 2, b // 2)  # one record short of a boundary: split one
-
-    def _prefix(self, j: int, full: int, tail: tuple[int, ...]) -> int:
-        return min(j, full) * self.batch_size + sum(tail[: max(0, j - full)])
+    @property
+    def _nb(self) -> int:
+        return self._plan.nb
 
     def summary(self) -> dict[str, int]:
         """Records, batches per rank, repeated and dropped records of one epoch."""
         return {
             "records": self.num_records,
             "shards": len(self.paths),
-            "batches_per_rank": self._nb,
-            "rank_records": self._rank_size[self.rank],
+            "batches_per_rank": self._plan.nb,
+            "rank_records": self._plan.rank_size[self.rank],
             "padded": self.num_padded,
             "dropped": self.num_dropped,
+            "resume_repeats": self.resume_repeats,
         }
+
+    def _segment_plan(
+        self, epoch: int, segments: tuple[Segment, ...]
+    ) -> tuple[np.ndarray | None, Plan]:
+        """The sequence (None: the whole epoch) and layout of the segment after ``segments``."""
+        if not segments:
+            return None, self._plan
+        key = (epoch, segments)
+        if self._cache is None or self._cache[0] != key:
+            size = self.shuffle_buffer if self.shuffle else 0
+            seq = remainder(self.num_records, self.seed, epoch, size, self.drop_last, segments)
+            plan = Plan.make(len(seq), self.world_size, self.batch_size, self.drop_last)
+            self._cache = (key, seq, plan)
+        return self._cache[1], self._cache[2]
 
     def _order(self, epoch: int) -> tuple[list[int], list[int]]:
         order = list(range(len(self.paths)))
@@ -254,49 +227,76 @@ class ShardedStream(IterableDataset):
                 k += 1
             u = base + hi
 
+    def _read_positions(self, order: list[int], cum: list[int], pos: np.ndarray) -> Iterator[Any]:
+        """Records at the global positions ``pos`` (runs of them, read range by range)."""
+        for i, j, u, v in runs(pos):
+            if j - i == v - u:
+                yield from self._read(order, cum, u, v)
+            else:  # a few unwanted records between wanted ones: read past them
+                keep = np.zeros(v - u, dtype=bool)
+                keep[pos[i:j] - u] = True
+                yield from compress(self._read(order, cum, u, v), keep.tolist())
+
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, skip, saved = (int(x) for x in self._shared.tolist())
+        if info is None and self._pending is not None:  # iterated without a StreamLoader
+            self._begin_epoch(1)
+        epoch, skip, saved, segments = self._read_shared()
         if info is None:  # main process: a resume position is used once
-            self._shared[1] = 0
-            self._pending = None
+            self._shared[1] = self._shared[3] = 0
             self._workers = 1
         done = 0
         if self._worker_resume is not None:  # set in this worker by load_state_dict
-            epoch, done = self._worker_resume
+            epoch, done, segments = self._worker_resume
             self._worker_resume = None
         elif skip:
             if saved != workers:
                 raise RuntimeError(
                     f"cannot resume: {skip} batches were delivered by {saved} worker(s); this "
-                    f"loader has {workers}. Use num_workers={saved} (0 and 1 are the same)."
+                    f"loader has {workers}: iterate the stream through a StreamLoader."
                 )
             # The DataLoader restarts its round-robin at worker 0; the saved order continued
             # with worker ``skip % workers``, so loader worker ``i`` plays that one + i.
             worker = (worker + skip) % workers
-            done = skip // workers + (worker < skip % workers)
-        self.epoch, self._yielded = epoch, done
-        return self._batches(epoch, worker, workers, done)
+            done = worker_done(skip, workers, worker)
+        seq, plan = self._segment_plan(epoch, segments)
+        self.epoch = epoch
+        self._yielded = done + (sum(s[3] for s in segments) if info is None else 0)
+        return self._batches(epoch, worker, workers, done, seq, plan, len(segments))
 
-    def _batches(self, epoch: int, worker: int, workers: int, done: int) -> Iterator[Any]:
-        """Worker ``worker``'s share of this rank's batches, from its ``done``-th on."""
-        nb = self._nb
-        mine = nb // workers + (worker < nb % workers)  # a contiguous block of batches
-        first = worker * (nb // workers) + min(worker, nb % workers)
-        if done >= mine:
+    def _batches(
+        self,
+        epoch: int,
+        worker: int,
+        workers: int,
+        done: int,
+        seq: np.ndarray | None,
+        plan: Plan,
+        segment: int,
+    ) -> Iterator[Any]:
+        """Worker ``worker``'s share of this rank's batches of a segment, from its ``done``-th."""
+        span = plan.span(self.rank, worker, workers, done)
+        if done >= span.mine:
             return
-        full, tail = self._sizes(self._rank_size[self.rank])
-        start = self._prefix(first, full, tail)
-        base = self._rank_start[self.rank] + start
-        n = self._prefix(first + mine, full, tail) - start  # its records
-        t = self._prefix(first + done, full, tail) - start  # of which already delivered
         order, cum = self._order(epoch)
-        records = self._records(order, cum, base, n, t, epoch, worker)
-        transform, collate, b = self.transform, self.collate, self.batch_size
-        for j in range(first + done, first + mine):
-            size = b if j < full else tail[j - full]
+        if seq is None:
+
+            def read_from(i: int) -> Iterator[Any]:
+                return self._read(order, cum, span.base + i, span.base + span.n)
+
+        else:
+            pos = seq[(span.base + np.arange(span.n)) % len(seq)]
+
+            def read_from(i: int) -> Iterator[Any]:
+                return self._read_positions(order, cum, pos[i:])
+
+        rng = buffer_rng(self.seed, epoch, self.rank, worker, segment)
+        records = self._records(read_from, span.n, span.t, rng)
+        transform, collate = self.transform, self.collate
+        for j in range(span.first + done, span.first + span.mine):
+            size = plan.batch_size_at(self.rank, j)
             chunk = list(islice(records, size))
             if len(chunk) != size:
                 raise RuntimeError(f"worker {worker} ran out of records in batch {j}.")
@@ -306,19 +306,21 @@ class ShardedStream(IterableDataset):
             batch = collate(chunk)
             yield batch
 
-    def _records(self, order, cum, base: int, n: int, t: int, epoch: int, worker: int):
-        """This worker's records after shuffling, from the ``t``-th on."""
+    def _records(
+        self, read_from: Callable[[int], Iterator[Any]], n: int, t: int, rng: random.Random
+    ) -> Iterator[Any]:
+        """A worker's ``n`` records after shuffling, from the ``t``-th on (``read_from(i)``
+        reads its records ``i`` to ``n``)."""
         size = self.shuffle_buffer if self.shuffle else 0
         if size <= 1:
-            return self._read(order, cum, base + t, base + n)
-        rng = random.Random(f"{self.seed}:{epoch}:{self.rank}:{worker}:buffer")
+            return read_from(t)
         if t == 0:
-            return shuffle_buffer(self._read(order, cum, base, base + n), size, rng, [])
+            return shuffle_buffer(read_from(0), size, rng, [])
         positions, p, flushing = replay_shuffle(n, t, size, rng)
         if not positions:
             return iter(())
         first = min(positions)
-        items = self._read(order, cum, base + first, base + n)
+        items = read_from(first)
         if flushing:  # the input had run out: emit the held records in the replayed order
             wanted = set(positions)
             held = {}
@@ -333,118 +335,3 @@ class ShardedStream(IterableDataset):
             if pos in slot:
                 buf[slot[pos]] = rec
         return shuffle_buffer(items, size, rng, buf)
-
-    # ------------------------------------------------------------------ epochs and state
-    def set_epoch(self, epoch: int) -> None:
-        """Makes the next iteration run ``epoch`` from its start (drops a pending resume)."""
-        self.epoch = _check_int(epoch, "epoch", 0)
-        self._iterated, self._pending, self._yielded = False, None, 0
-        self._shared.copy_(torch.tensor([epoch, 0, 0]))
-
-    def _begin_epoch(self, workers: int) -> None:
-        """Called by :class:`StreamLoader` before each iteration (in the main process)."""
-        if self._pending is not None:
-            epoch, skip, saved = self._pending
-            self._pending = None
-            if skip and saved != workers:
-                raise ValueError(
-                    f"cannot resume: the checkpoint's {skip} batches of epoch {epoch} were "
-                    f"delivered by {saved} worker(s) per rank and this loader has "
-                    f"{workers}; which records those were depends on the worker count. "
-                    f"Resume with num_workers={saved} (0 and 1 are the same)."
-                )
-        else:
-            epoch, skip = (self.epoch + 1 if self._iterated else self.epoch), 0
-        self._iterated = True
-        self.epoch, self._yielded, self._workers = epoch, skip, workers
-        self._shared.copy_(torch.tensor([epoch, skip, workers]))
-
-    def _config(self) -> dict[str, Any]:
-        shards = json.dumps([[p, c] for p, c in zip(self.paths, self.counts, strict=True)])
-        return {
-            "version": _STATE_VERSION,
-            "world_size": self.world_size,
-            "batch_size": self.batch_size,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "shuffle_buffer": self.shuffle_buffer if self.shuffle else 0,
-            "drop_last": self.drop_last,
-            "num_records": self.num_records,
-            "shards": hashlib.sha1(shards.encode()).hexdigest(),
-        }
-
-    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
-        """The position to resume from.
-
-        In the main process: ``epoch`` and ``batches`` delivered by this rank in it (as
-        counted by :class:`StreamLoader`, or ``batches`` if given, e.g. what the training
-        loop consumed) and ``num_workers`` that delivered them. Inside a worker (torchdata's
-        ``StatefulDataLoader`` asks there): that worker's own count, with ``level="worker"``.
-        Plus the settings a resume must match (``world_size``, ``batch_size``, ``seed``,
-        ``shuffle``, ``shuffle_buffer``, ``drop_last``, ``num_records``, ``shards``: a hash
-        of the shard paths and counts). A finished epoch is saved as the next one at 0.
-        """
-        info = get_worker_info()
-        if info is not None:
-            return {
-                **self._config(),
-                "level": "worker",
-                "epoch": self.epoch,
-                "batches": self._yielded,
-                "worker": info.id,
-                "num_workers": info.num_workers,
-            }
-        done = self._yielded if batches is None else int(batches)
-        epoch = self.epoch
-        if self._nb and done >= self._nb:
-            epoch, done = epoch + 1, 0
-        return {
-            **self._config(),
-            "level": "rank",
-            "epoch": epoch,
-            "batches": done,
-            "num_workers": self._workers or 1,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Makes the next iteration resume the saved epoch after its delivered batches.
-
-        Raises:
-            ValueError: The state was saved with other settings or shards (the message names
-                the first difference), or a worker-level state is loaded outside a worker.
-        """
-        mine = self._config()
-        for key, value in mine.items():
-            if key == "shards" and state.get(key) != value:
-                raise ValueError(
-                    "cannot resume the stream exactly: the checkpoint was saved over other "
-                    "shards (their paths, order or record counts differ). Resuming would "
-                    "repeat or skip records; start the epoch over instead."
-                )
-            if state.get(key) != value:
-                raise ValueError(
-                    f"cannot resume the stream exactly: the checkpoint was saved with "
-                    f"{key}={state.get(key)!r}, this stream has {key}={value!r}. Resuming "
-                    "would repeat or skip records; start the epoch over instead."
-                )
-        epoch, batches = int(state["epoch"]), int(state["batches"])
-        if not 0 <= batches <= self._nb:
-            raise ValueError(f"cannot resume at batch {batches}: an epoch has {self._nb}.")
-        if state.get("level") == "worker":
-            info = get_worker_info()
-            if info is None or (info.id, info.num_workers) != (
-                state["worker"],
-                state["num_workers"],
-            ):
-                where = f"worker {info.id} of {info.num_workers}" if info else "main process"
-                raise ValueError(
-                    f"cannot resume: state of worker {state['worker']} of "
-                    f"{state['num_workers']} loaded in the {where}."
-                )
-            self.epoch, self._worker_resume = epoch, (epoch, batches)
-            return
-        workers = int(state["num_workers"])
-        self.epoch, self._yielded, self._workers = epoch, batches, workers
-        self._pending = (epoch, batches, workers)
-        self._iterated = False
-        self._shared.copy_(torch.tensor([epoch, batches, workers]))

@@ -328,6 +328,38 @@ class DataModuleContract:
             assert len({len(r["train"][0]) for r in resumed}) == 1, world  # even
             nxt = [i for r in resumed for batch in r["train"][1] for i in batch]
             assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
+            assert all(len(r["val"]) == 2 for r in resumed)  # validated after both epochs
+
+    def test_resume_with_another_batch_size_keeps_the_trainer_length_right(
+        self, case: ContractCase, tmp_path: Path
+    ) -> None:
+        # 4 -> 3 -> 5 samples per batch: the second resume starts from a checkpoint taken at
+        # the last batch of the first resumed epoch; every epoch stays complete and validated.
+        def make(batch_size: int) -> BaseDataModule:
+            return case.make(val_split=0.2, batch_size=batch_size)
+
+        def fit(batch_size: int, out: Path, ckpt: Path | None) -> RecordingModel:
+            model = RecordingModel(case.batch_ids)
+            saver = ModelCheckpoint(dirpath=out, every_n_train_steps=1, save_top_k=-1)
+            trainer = quiet_trainer(max_epochs=2, enable_checkpointing=True, callbacks=[saver])
+            trainer.fit(model, datamodule=make(batch_size), ckpt_path=ckpt)
+            return model
+
+        first = fit(4, tmp_path / "a", None)
+        train = sorted(i for batch in first.train_epochs()[0] for i in batch)
+        seen = [i for batch in first.train_epochs()[0][:2] for i in batch]
+        second = fit(3, tmp_path / "b", tmp_path / "a" / "epoch=0-step=2.ckpt")
+        rest = second.train_epochs()[0]
+        assert sorted(seen + [i for batch in rest for i in batch]) == train
+        assert [len(e) for e in second.val_epochs()] == [len(second.val_epochs()[0])] * 2
+        assert sorted(i for b in second.train_epochs()[1] for i in b) == train
+        ended = tmp_path / "b" / f"epoch=0-step={2 + len(rest)}.ckpt"
+        third = fit(5, tmp_path / "c", ended)
+        epochs = third.train_epochs()
+        assert len(epochs) == 1  # epoch 0 had ended: only epoch 1 is left
+        assert sorted(i for batch in epochs[0] for i in batch) == train
+        assert len(epochs[0]) == -(-len(train) // 5)  # a whole fresh epoch of batches of 5
+        assert len(third.val_epochs()) == 1
 
     # ---------------------------------------------------------------- bad input
     @pytest.mark.parametrize(

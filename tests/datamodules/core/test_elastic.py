@@ -106,6 +106,9 @@ def test_nested_resumes_deliver_each_sample_once(
                 rank.set_epoch(0)
             else:
                 rank.load_state_dict(state)
+        if ranks[0].ended_length is not None:  # the checkpoint saw the epoch end
+            assert ranks[0].epoch == 1 and len(ranks[0]) == state["batches_consumed"]
+            break
         lengths = {rank.epoch_length() for rank in ranks}
         assert len(lengths) == 1  # every rank the same number of batches
         length = lengths.pop()

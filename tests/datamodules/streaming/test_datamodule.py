@@ -1,22 +1,21 @@
 """StreamingDataModule: the contract's checks as they apply to streams, through real loaders,
-real worker processes, a real Trainer, real 2-process DDP and a real HTTP server.
+real worker processes, a real Trainer and a real HTTP server.
 
 The shared contract (tests/datamodules/contract.py) assumes random splits of one dataset; a
 stream's splits come from their own files, so the equivalent checks are written here: every
-loader covers its split exactly once, Trainer.fit/test/predict run, DDP is disjoint, complete
-and even for train and val, a mid-epoch Lightning checkpoint resumes exactly, a resume with
-another world size or worker count refuses, bad arguments raise naming the argument.
+loader covers its split exactly once, Trainer.fit/test/predict run, a mid-epoch Lightning
+checkpoint resumes exactly (also with another worker count and batch size), another seed
+refuses, bad arguments raise naming the argument. DDP (disjoint, complete and even for train
+and val) and other world sizes: test_elastic_ddp.py and test_elastic.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import http.server
 import json
 import pickle
 import threading
 import warnings
-from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -30,8 +29,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules import StreamingDataModule
-from datamodules.streaming.errors import RecordError, ShardError
-from tests.datamodules.contract import quiet_trainer, run_ddp
+from tests.datamodules.contract import quiet_trainer
 from tests.recording import RecordingModel
 
 TRAIN_SIZES = [11, 1, 17, 0, 8]  # 37 records: uneven shards, one empty, odd total
@@ -73,11 +71,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def make(data: dict[str, Any], **kwargs: Any) -> StreamingDataModule:
     files = {k: data[k] for k in ("train_files", "val_files", "test_files", "index_cache")}
     return StreamingDataModule(**{**files, "batch_size": 4, "shuffle_buffer": 8, **kwargs})
-
-
-def ddp_datamodule(**kwargs: Any) -> tuple[StreamingDataModule, Any]:
-    """Factory for tests/ddp_runner.py: the same shards in every process."""
-    return StreamingDataModule(batch_size=4, shuffle_buffer=8, **kwargs), batch_ids
 
 
 def loader_ids(loader: Any) -> list[int]:
@@ -226,28 +219,6 @@ def test_trainer_fit_test_predict(data):
     assert sorted(i for p in predictions for i in p) == TEST
 
 
-def test_ddp_two_processes_disjoint_complete_even(data, tmp_path):
-    class Case:
-        ddp_factory = "tests.datamodules.streaming.test_datamodule:ddp_datamodule"
-        ddp_kwargs = {
-            "train_files": data["train_files"],
-            "val_files": data["val_files"],
-            "index_cache": data["index_cache"],
-            "num_workers": 2,
-        }
-
-    ranks = run_ddp(Case, tmp_path)  # type: ignore[arg-type]
-    assert [r["world"] for r in ranks] == [2, 2]
-    for stage, expected, batches in (("train", TRAIN, 5), ("val", VAL, 2)):
-        for epoch in range(2):
-            per_rank = [r[stage][epoch] for r in ranks]
-            assert len(per_rank[0]) == len(per_rank[1]) == batches, stage  # ceil(ceil(n/2)/4)
-            ids = [Counter(i for b in batches for i in b) for batches in per_rank]
-            assert not set(ids[0]) & set(ids[1]), f"{stage}: ranks overlap"
-            assert sorted((ids[0] + ids[1]).elements()) == expected, stage
-    assert ranks[0]["train"][0] != ranks[0]["train"][1]  # reshuffled
-
-
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_mid_epoch_is_exact(data, tmp_path, workers):
     def make_dm(**kwargs: Any) -> StreamingDataModule:
@@ -276,14 +247,21 @@ def test_resume_mid_epoch_is_exact(data, tmp_path, workers):
         got = resumed.train_epochs()
         assert got[0] == reference[epoch][done:], f"resume at step {step}"
         assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
-    if workers:  # another worker count refuses instead of repeating or skipping records
-        other = make(data, num_workers=0)
-        with pytest.raises(ValueError, match="Resume with num_workers=2"):
-            quiet_trainer(max_epochs=2).fit(
-                RecordingModel(batch_ids),
-                datamodule=other,
-                ckpt_path=tmp_path / "epoch=0-step=3.ckpt",
-            )
+    if workers:  # another worker count and batch size: the rest of the epoch, re-split
+        other = make(data, num_workers=0, batch_size=3)
+        resumed = RecordingModel(batch_ids)
+        quiet_trainer(max_epochs=2).fit(
+            resumed, datamodule=other, ckpt_path=tmp_path / "epoch=0-step=3.ckpt"
+        )
+        got = resumed.train_epochs()
+        head = [i for b in reference[0][:3] for i in b]
+        rest = [i for b in got[0] for i in b]
+        assert sorted(head + rest) == TRAIN  # every record of epoch 0 exactly once
+        assert len(got[0]) == 9 and all(len(b) <= 3 for b in got[0])  # ceil(25 / 3)
+        fresh = RecordingModel(batch_ids)
+        quiet_trainer(max_epochs=2).fit(fresh, datamodule=make(data, num_workers=0, batch_size=3))
+        assert got[1] == fresh.train_epochs()[1]  # then exactly a fresh run's epoch 1 (13)
+        assert len(resumed.val_epochs()) == 2  # and validation still runs after each epoch
     # An epoch-end checkpoint starts the next epoch with that epoch's order.
     resumed = RecordingModel(batch_ids)
     end = tmp_path / f"epoch=0-step={per_epoch}.ckpt"
@@ -311,10 +289,13 @@ def test_state_dict_round_trip_and_refusals(data):
     two_ranks._rank_world = lambda: (0, 2)  # as on rank 0 of 2
     it = iter(two_ranks.train_dataloader())
     next(it)
-    with pytest.raises(ValueError, match="world_size=2, this stream has world_size=1"):
-        single = make(data, num_workers=0)
-        single.load_state_dict(two_ranks.state_dict())
-        single.train_dataloader()
+    single = make(data, num_workers=0)  # another world size: accepted, re-split
+    single.load_state_dict(two_ranks.state_dict())
+    assert len(single.train_dataloader()) == 1 + 8  # 1 batch done, ceil(33 / 4) left
+    with pytest.raises(ValueError, match="seed=42, this stream has seed=7.*shuffle_seed=42"):
+        reseeded = make(data, num_workers=0, shuffle_seed=7)
+        reseeded.load_state_dict(state)
+        reseeded.train_dataloader()
     other = make(data, train_files=data["train_files"][:2])
     other.setup("fit")
     with pytest.raises(ValueError, match="train shards"):
@@ -360,66 +341,6 @@ def test_http_jsonl_and_parquet_through_the_datamodule(http_root, tmp_path):
     assert sorted(i for b in model.val_epochs()[0] for i in b) == list(range(100, 119))
     batch = next(iter(dm.val_dataloader()))
     assert batch["tokens"].tolist() == [[0, 0, 0], [1, 1, 0], [2, 2, 2], [3, 0, 0], [4, 4, 0]]
-
-
-# ---------------------------------------------------------------------------- bad records
-
-BAD = {
-    "json": ("bad.jsonl", '{"id": 0}\n{"id": 1}\n{oops\n{"id": 2}\n', "line 3: invalid JSON", 3),
-    "csv": ("bad.csv", "id,x\n0,a\n1,b,extra\n2,c\n", "line 3: expected 2 fields", 2),
-    "utf8": ("bad.txt", b"0\n\xff\xfe\n1\n", "line 2: invalid UTF-8", 2),
-    "gzip": ("bad.jsonl.gz", b"not gzip at all", "bad.jsonl.gz", 0),
-    "parquet": ("bad.parquet", b"PAR1 garbage", "bad.parquet", 0),
-}
-
-
-def write_bad(root: Path, case: str) -> tuple[list[str], int]:
-    name, content, _, good = BAD[case]
-    path = root / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    ok = root / "ok.jsonl"
-    ok.write_text("".join(json.dumps({"id": 10 + i}) + "\n" for i in range(4)))
-    return [str(path), str(ok)], good + 4
-
-
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_records_raise_naming_shard_and_line(tmp_path, case):
-    files, _ = write_bad(tmp_path, case)
-    dm = StreamingDataModule(files, batch_size=2, shuffle=False, num_workers=1, index_cache=False)
-    name, _, message, _ = BAD[case]
-    error = first_error(dm)  # at setup, or when read (in a worker, re-raised here)
-    assert isinstance(error, (RecordError, ShardError))
-    assert name in str(error) and message in str(error)
-
-
-def first_error(dm: StreamingDataModule) -> Exception | None:
-    """The error of setting up and reading an epoch, without its traceback (which would
-    keep the loader's worker processes alive until the garbage collector finds them)."""
-    try:
-        dm.setup("fit")
-        list(dm.train_dataloader())
-    except Exception as err:  # noqa: BLE001
-        return err.with_traceback(None)
-    return None
-
-
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_records_skip_counts_and_reports(tmp_path, case):
-    files, good = write_bad(tmp_path, case)
-    dm = StreamingDataModule(
-        files, batch_size=2, on_error="skip", num_workers=2, index_cache=False, collate=list
-    )
-    with pytest.warns(UserWarning, match="skipped"):
-        dm.setup("fit")
-    delivered = [r for batch in dm.train_dataloader() for r in batch]
-    assert len(delivered) == good  # every good record once, nothing else
-    unreadable = case in ("gzip", "parquet")
-    assert dm.skipped.total == (0 if unreadable else 1)
-    assert len(dm.skipped.unreadable) == (1 if unreadable else 0)
-    assert BAD[case][0] in dm.summary()
 
 
 # ---------------------------------------------------------------------------- extension points
@@ -537,62 +458,3 @@ def test_bad_files_raise_at_setup(data, tmp_path):
         make(data, val_files=str(tmp_path / "x.bin")).setup("validate")
     with pytest.raises(ValueError, match="no test records: pass test_files"):
         make(data, test_files=None).test_dataloader()
-
-
-# ---------------------------------------------------------------------------- LightningCLI
-
-
-class PlainModel(RecordingModel):
-    """RecordingModel with its batch_ids fixed, so LightningCLI can build it without arguments."""
-
-    def __init__(self) -> None:
-        super().__init__(batch_ids)
-
-
-def test_lightning_cli_builds_it(data):
-    from lightning.pytorch.cli import LightningCLI
-
-    from datamodules import BaseDataModule
-
-    args = [
-        "--data", "StreamingDataModule",
-        "--data.train_files", json.dumps(data["train_files"]),
-        "--data.val_files", data["val_files"][0],
-        "--data.index_cache", data["index_cache"],
-        "--data.batch_size", "8", "--data.shuffle_buffer", "100",
-        "--trainer.logger", "false",
-    ]  # fmt: skip
-    cli = LightningCLI(PlainModel, BaseDataModule, subclass_mode_data=True, run=False, args=args)
-    dm = cli.datamodule
-    assert isinstance(dm, StreamingDataModule)
-    assert dm.batch_size == 8 and dm.shuffle_buffer == 100
-    assert dm.files["train"] == data["train_files"]
-    assert sorted(loader_ids(dm.train_dataloader())) == TRAIN
-    assert loader_ids(dm.val_dataloader()) == list(range(100, 106))
-
-
-def test_gzip_shards(tmp_path):
-    text = "".join(json.dumps({"id": i}) + "\n" for i in range(13))
-    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(text.encode()))
-    dm = StreamingDataModule(str(tmp_path / "a.jsonl.gz"), batch_size=5, index_cache=False)
-    assert sorted(loader_ids(dm.train_dataloader())) == list(range(13))
-
-
-def test_inspect_draws_the_lengths_of_a_variable_length_field(tmp_path: Path) -> None:
-    from PIL import Image
-
-    shard = tmp_path / "tokens.jsonl"
-    lengths = [1 + (7 * i) % 13 for i in range(40)]
-    shard.write_text("".join(json.dumps({"id": i, "tokens": [1] * n}) + "\n"
-                             for i, n in enumerate(lengths)))  # fmt: skip
-    dm = StreamingDataModule(str(shard), batch_size=8, num_workers=0, shuffle=False)
-    key, per_batch = dm.sequence_lengths("train")
-    assert key == "tokens"
-    assert per_batch == [lengths[i : i + 8] for i in range(0, 40, 8)]
-    batch = next(iter(dm.train_dataloader()))
-    out = dm.plot_batch(batch, tmp_path / "lengths.png", split="train")
-    with Image.open(out) as picture:
-        assert picture.format == "PNG" and picture.size[0] > 300
-    fixed = tmp_path / "fixed.jsonl"
-    fixed.write_text("".join(json.dumps({"id": i, "x": [0, 1]}) + "\n" for i in range(8)))
-    assert StreamingDataModule(str(fixed), batch_size=4, num_workers=0).sequence_lengths() is None

@@ -1,0 +1,98 @@
+"""Runs a real CPU ``Trainer.fit`` of a StreamingDataModule on N processes (DDP, gloo), optionally
+checkpointing every n steps or resuming from a checkpoint, and records the ids each rank saw.
+
+Launched by test_elastic_ddp.py as ``python tests/datamodules/streaming/ddp_resume_runner.py
+--kwargs JSON --devices N --out DIR [--max-steps S --ckpt-dir D] [--ckpt-path P]``. Lightning's
+DDP launcher re-runs this same command line for the other ranks, so this file must be a plain
+script. Each rank writes ``rank{R}.json``: ``{"rank", "world", "train": {epoch: [[ids of
+batch 0], ...]}, "val": {...}}``. :func:`fit` runs it in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+import lightning.pytorch as pl  # noqa: E402
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+
+from datamodules import StreamingDataModule  # noqa: E402
+from tests.recording import RecordingModel  # noqa: E402
+
+
+def batch_ids(batch: Any) -> list[int]:
+    """The record ids of a batch."""
+    return batch["id"].tolist()
+
+
+def fit(
+    kwargs: dict[str, Any],
+    devices: int = 1,
+    epochs: int = 2,
+    max_steps: int = -1,
+    ckpt_dir: str | None = None,
+    ckpt_path: str | None = None,
+) -> dict[str, Any]:
+    """One ``Trainer.fit``; returns this rank's record (see the module docstring)."""
+    dm = StreamingDataModule(**kwargs)
+    model = RecordingModel(batch_ids)
+    callbacks = []
+    if ckpt_dir is not None:
+        every = ModelCheckpoint(
+            dirpath=ckpt_dir, every_n_train_steps=max_steps, save_top_k=-1, filename="{step}"
+        )
+        callbacks.append(every)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        max_epochs=epochs,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=ckpt_dir is not None,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    record: dict[str, Any] = {"rank": trainer.global_rank, "world": trainer.world_size}
+    for stage in ("train", "val"):
+        epochs_seen: dict[str, list[list[int]]] = {}
+        for epoch, _, ids in model.seen[stage]:
+            epochs_seen.setdefault(str(epoch), []).append(ids)
+        record[stage] = epochs_seen
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kwargs", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=-1)
+    parser.add_argument("--ckpt-dir", default=None)
+    parser.add_argument("--ckpt-path", default=None)
+    args = parser.parse_args()
+    record = fit(
+        json.loads(args.kwargs),
+        args.devices,
+        args.epochs,
+        args.max_steps,
+        args.ckpt_dir,
+        args.ckpt_path,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{record['rank']}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
