@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import logging
 import os
 import platform
 import shutil
@@ -42,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_streaming import write_jsonl  # noqa: E402
 
 from datamodules import StreamingDataModule  # noqa: E402
+
+logging.getLogger("datamodules").setLevel(logging.WARNING)  # no summary per loader
 
 BATCH, WORKERS, BUFFER = 64, 2, 10_000
 

@@ -6,6 +6,7 @@ import datamodules.tools  # noqa: F401  (isort: skip)
 from datamodules.core.base import BaseDataModule
 from datamodules.images.datamodule import ImageFolderDataModule
 from datamodules.streaming.datamodule import StreamingDataModule
+from datamodules.streaming.mixing import Source
 from datamodules.tensor import TensorDataModule
 from datamodules.text.datamodule import TextDataModule
 from datamodules.tools.monitor import DataWaitMonitor
@@ -14,6 +15,7 @@ __all__ = [
     "BaseDataModule",
     "DataWaitMonitor",
     "ImageFolderDataModule",
+    "Source",
     "StreamingDataModule",
     "TensorDataModule",
     "TextDataModule",

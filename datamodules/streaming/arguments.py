@@ -4,17 +4,27 @@ what is accepted."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamodules.core.hardware import TUNE
+from datamodules.streaming.cache import parse_size
 from datamodules.streaming.formats import FORMATS
+from datamodules.streaming.mixing import Source, check_sources
+from datamodules.streaming.retrying import RemoteOptions
 
 
-def check_files(value: Any, name: str) -> list[str] | None:
-    """A ``*_files`` argument as a list of strings (None stays None)."""
+def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
+    """A ``*_files`` argument as a list of strings, or a checked list of Sources (None stays
+    None)."""
     if value is None:
         return None
+    if isinstance(value, Source):
+        value = [value]
+    if isinstance(value, Sequence) and value and any(isinstance(v, Source) for v in value):
+        if not all(isinstance(v, Source) for v in value):
+            raise TypeError(f"{name}: give a list of Sources or of paths, not both: {value!r}.")
+        return check_sources(value, name)
     items = [value] if isinstance(value, (str, os.PathLike)) else value
     ok = isinstance(items, Sequence) and all(isinstance(v, (str, os.PathLike)) for v in items)
     if not ok or not items:
@@ -96,3 +106,53 @@ def check_stream_arguments(
             f"index_cache={index_cache!r} is not accepted: use a directory, None or True "
             "(the default cache) or False (memory only)."
         )
+
+
+def remote_options(
+    storage_options: Any, retries: Any, timeout: Any, cache_dir: Any, cache_limit: Any,
+    prefetch_shards: Any,
+) -> tuple[RemoteOptions, int | None]:  # fmt: skip
+    """Checks the remote-shard arguments; returns the read options and the cache limit."""
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(
+            f"storage_options={storage_options!r} is not accepted: use a dict of fsspec "
+            "options (e.g. {'endpoint_url': ...}) or None."
+        )
+    for key, value in (("retries", retries), ("prefetch_shards", prefetch_shards)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key}={value!r} is not accepted: use an int >= 0.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout={timeout!r} is not accepted: use a number of seconds > 0.")
+    if not isinstance(cache_dir, (str, os.PathLike, type(None))):
+        raise TypeError(f"cache_dir={cache_dir!r} is not accepted: use a directory or None.")
+    limit = parse_size(cache_limit)
+    if limit is not None and cache_dir is None:
+        raise ValueError(f"cache_limit={cache_limit!r} needs cache_dir= (where shards are kept).")
+    options = RemoteOptions(dict(storage_options or {}), retries, float(timeout))
+    return options, limit
+
+
+def check_mixing(files: dict[str, Any], epoch_size: Any, source_key: Any) -> None:
+    """Checks ``epoch_size`` and ``source_key`` against the splits that list Sources."""
+    train = files.get("train")
+    mixed_train = bool(train) and isinstance(train[0], Source)
+    if epoch_size is not None:
+        if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
+            raise ValueError(f"epoch_size={epoch_size!r} is not accepted: use an int >= 1.")
+        if not mixed_train or train[0].weight is None:
+            raise ValueError(
+                f"epoch_size={epoch_size!r} splits an epoch between weighted sources: give "
+                "train_files=[Source(..., weight=...), ...] (or leave epoch_size unset)."
+            )
+    if source_key is not None and (not isinstance(source_key, str) or not source_key):
+        raise ValueError(f"source_key={source_key!r} is not accepted: use a field name or None.")
+    for split, given in files.items():
+        weighted = given and any(
+            getattr(s, "weight", None) is not None or getattr(s, "repeat", None) is not None
+            for s in given
+        )
+        if split != "train" and weighted and isinstance(given[0], Source):
+            raise ValueError(
+                f"{split}_files: every source of an evaluation split is read once; drop "
+                "weight= and repeat= there."
+            )

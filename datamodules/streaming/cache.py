@@ -226,11 +226,12 @@ class Prefetcher:
         """Starts fetching the first ``ahead`` of ``upcoming`` ``(url, version, size)``."""
         if self.ahead <= 0:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max(1, self.ahead), thread_name_prefix="prefetch")
         for url, version, size in upcoming[: self.ahead]:
-            if is_remote(url) and url not in self._futures:
-                self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
+            if not is_remote(url) or url in self._futures:
+                continue
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="prefetch")
+            self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
 
     def wait(self, url: str) -> None:
         """Waits for ``url``'s fetch, if one runs (its errors surface when the shard is read)."""

@@ -54,15 +54,12 @@ Extension points:
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -70,16 +67,21 @@ from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.streaming.arguments import (
     check_files,
+    check_mixing,
     check_stream_arguments,
     check_stream_split_arguments,
+    remote_options,
 )
 from datamodules.streaming.batching import Chain, factory_loader, stream_collate
+from datamodules.streaming.cache import ShardCache
 from datamodules.streaming.errors import SkipCounter
-from datamodules.streaming.formats import expand_files, read_records
-from datamodules.streaming.index import ShardIndex, index_shards
-from datamodules.streaming.inspection import SPLITS, StreamInspection
+from datamodules.streaming.formats import read_records
+from datamodules.streaming.index import ShardIndex
+from datamodules.streaming.inspection import StreamInspection
 from datamodules.streaming.loader import StreamLoader
+from datamodules.streaming.mixing import Source
 from datamodules.streaming.readers import ShardReader, SliceReader
+from datamodules.streaming.splits import SplitSource, StreamSplits
 from datamodules.streaming.stream import ShardedStream
 from datamodules.streaming.trainer_links import (
     ConsumedBatches,
@@ -91,20 +93,14 @@ from datamodules.streaming.trainer_links import (
 __all__ = ["StreamingDataModule", "stream_collate"]
 
 # A list first, so that LightningCLI parses a JSON list as a list, not as one path.
-Files = Sequence[str | os.PathLike] | str | os.PathLike
-STAGE_SPLITS = {
-    "fit": ("train", "val"),
-    "validate": ("val",),
-    "test": ("test",),
-    "predict": ("test", "val"),
-}
+Files = Sequence[Source] | Sequence[str | os.PathLike] | str | os.PathLike
 #: Lightning's advice for a dataset whose length it cannot trust; ours is exact.
 _ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
 #: torch's warning when workers outnumber CPUs.
 _MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
 
 
-class StreamingDataModule(StreamInspection, BaseDataModule):
+class StreamingDataModule(StreamSplits, StreamInspection, BaseDataModule):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
     Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
@@ -113,8 +109,11 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
 
     Args:
         train_files: Shards of the train split: a path or URL, a glob (``"data/*.jsonl"``,
-            ``"s3://bucket/train-*.parquet"``), a directory, or a list of them.
-        val_files: Shards of the validation split (None: no validation).
+            ``"s3://bucket/train-*.parquet"``), a directory, or a list of them; or a list of
+            :class:`~datamodules.Source` mixed by ``weight`` or ``repeat`` with exact quotas
+            per epoch (:mod:`datamodules.streaming.mixing`).
+        val_files: Shards of the validation split (None: no validation); Sources here are
+            each read once (with ``source_key``, for per-source metrics).
         test_files: Shards of the test split (None: no test split).
         transform: ``record -> sample``, applied in the workers to every split's records
             (before ``train_transforms`` / ``eval_transforms``, which then act on samples).
@@ -129,6 +128,23 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
         columns: Parquet only: the columns to read (None: all).
         index_cache: Where shard indexes are cached: a directory, None for the default
             (``$DATAMODULES_CACHE`` or ``~/.cache/datamodules``), False for memory only.
+        epoch_size: With weighted train Sources: records per epoch over all ranks (default:
+            all the sources' records), split between them by weight.
+        source_key: With Sources: each (dict) record gets its source's name in this field.
+        storage_options: Passed to fsspec for remote shards (e.g. an S3 ``endpoint_url``,
+            ``key``, ``secret``), as pandas and HF datasets do.
+        retries: Retries of a transient remote failure (HTTP 5xx and 429, a reset or cut
+            connection, S3 throttling, no byte within ``timeout``), with exponential backoff
+            and jitter, resumed at the byte offset already read. Permanent failures (404, 403,
+            bad credentials) fail at once naming the URL and the status.
+        timeout: Seconds a remote request may go without producing a byte.
+        cache_dir: Keep remote shards in this directory: downloaded once (atomically,
+            validated by size and ETag / Last-Modified), reused by later epochs, runs and
+            processes, one download per node under a file lock. None: read them in place.
+        cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold; beyond it the
+            least recently used shards are evicted, never one being read.
+        prefetch_shards: Remote shards each worker downloads ahead of the one it reads (0:
+            none); without ``cache_dir`` they go to a private temporary folder.
         dataset_factory: Instead of files: ``dataset_factory(split, rank, world_size)``
             returning an ``IterableDataset`` of records for ``"train"``, ``"val"`` or
             ``"test"`` (or None: no such split). Its records are transformed, batched by
@@ -166,6 +182,14 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
         fmt: str | None = None,
         columns: Sequence[str] | None = None,
         index_cache: str | os.PathLike | bool | None = None,
+        epoch_size: int | None = None,
+        source_key: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
+        prefetch_shards: int = 1,
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -187,6 +211,14 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
             columns=columns,
             index_cache=index_cache,
         )
+        check_mixing(files, epoch_size, source_key)
+        self.remote, limit = remote_options(
+            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
+        )
+        self.epoch_size, self.source_key = epoch_size, source_key
+        self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
+        #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
+        self.mixes: dict[str, list[SplitSource]] = {}
         self.files = files
         self.transform = transform
         self.collate_fn = collate
@@ -246,72 +278,6 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
         fns = [f for f in (self.transform, super().transform_for(split)) if f is not None]
         return None if not fns else fns[0] if len(fns) == 1 else Chain(*fns)
 
-    # ------------------------------------------------------------------ setup
-    def setup(self, stage: str | None = None) -> None:
-        """Lists and indexes the shards of the splits ``stage`` needs (every split for None).
-
-        Each split is indexed once per DataModule (and each shard once per machine, through
-        the index cache); later calls return at once.
-
-        Raises:
-            ValueError: A ``*_files`` argument matches nothing, the train shards hold no
-                records, or (``on_error="raise"``) a shard cannot be read or a CSV row is bad.
-        """
-        if self.dataset_factory is not None:
-            return
-        for split in STAGE_SPLITS.get(stage or "", SPLITS):
-            self._index(split)
-
-    def _index(self, split: str) -> list[ShardIndex]:
-        if split in self.shards:
-            return self.shards[split]
-        given = self.files[split]
-        if given is None:
-            self.shards[split] = []
-            return []
-        name = f"{split}_files"
-        try:
-            paths = expand_files(given)
-        except ValueError as err:
-            raise ValueError(f"{name}={given!r}: {err}") from err
-        if self._custom_reader():
-            shards = [
-                ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
-            ]
-        else:
-            counter = SkipCounter()
-            shards = index_shards(paths, self.fmt, self.on_error, self.index_cache, counter)
-            if counter.counts or counter.unreadable:
-                for index in shards:
-                    self.skipped.add_index(index)
-                rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
-        if not sum(s.count for s in shards):
-            if split == "train":
-                raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
-            rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
-        self.shards[split] = shards
-        if split == "train":
-            self.fingerprint = self._fingerprint()
-        return shards
-
-    def _fingerprint(self) -> str | None:
-        shards = self.shards.get("train")
-        if not shards:
-            return None
-        listing = json.dumps([[s.path, s.count] for s in shards])
-        return hashlib.sha1(listing.encode()).hexdigest()[:16]
-
-    def split_size(self, split: str) -> int:
-        """Records in ``"train"``, ``"val"`` or ``"test"`` (0 when not given); indexes it."""
-        if self.dataset_factory is not None:
-            raise TypeError("the size of a dataset_factory split is not known in advance.")
-        return sum(s.count for s in self._index(split))
-
-    def _has(self, split: str) -> bool:
-        if self.dataset_factory is not None:
-            return True  # the factory says (None: no such split) when the loader is built
-        return self.split_size(split) > 0
-
     # ------------------------------------------------------------------ loaders
     def make_stream(self, split: str, rank: int, world: int) -> ShardedStream:
         """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable).
@@ -325,8 +291,15 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
             reader: Any = SliceReader(self._detached().read_shard)
             listed: list[Any] = [(s.path, s.count) for s in shards]
         else:
-            reader = ShardReader({s.path: s for s in shards}, self.on_error, self.columns)
+            cache = None
+            if self.cache_dir is not None:
+                cache = ShardCache(self.cache_dir, self.cache_limit, self.remote)
+            reader = ShardReader(
+                {s.path: s for s in shards}, self.on_error, self.columns, self.remote, cache,
+                self.prefetch_shards,
+            )  # fmt: skip
             listed = shards
+        mix = self.mixes.get(split)
         trainer = self._trainer()
         overfit = train and trainer is not None and trainer.overfit_batches > 0
         if not train:
@@ -352,6 +325,8 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
             collate=self._collate_fn(),
             reader=reader,
             on_error=self.on_error,
+            sources=None if mix is None else [m.engine() for m in mix],
+            source_key=self.source_key,
         )
 
     def make_loader(self, split: str) -> DataLoader | None:
@@ -443,7 +418,7 @@ class StreamingDataModule(StreamInspection, BaseDataModule):
         (the same dict the train loader's ``state_dict`` gives, which Lightning also saves)."""
         state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
         if self.shards:
-            state["split_sizes"] = {k: sum(s.count for s in v) for k, v in self.shards.items()}
+            state["split_sizes"] = {k: self.split_size(k) for k in self.shards}
         loader = self._live_train_loader()
         if loader is not None:
             state["train_stream"] = loader.state_dict()

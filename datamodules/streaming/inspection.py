@@ -12,7 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-SPLITS = ("train", "val", "test")
+from datamodules.streaming.remote import is_remote
+from datamodules.streaming.splits import SPLITS
 
 
 class StreamInspection:
@@ -97,7 +98,7 @@ class StreamInspection:
             if not shards:
                 lines.append(f"  {split}: none")
                 continue
-            n = sum(s.count for s in shards)
+            n = self.split_size(split)  # records per epoch (mixed: the sum of the quotas)
             formats = ", ".join(sorted({s.fmt for s in shards}))
             if self.drop_last and split == "train":
                 batches = n // world // self.batch_size
@@ -114,10 +115,21 @@ class StreamInspection:
                     f"drop_last={self.drop_last}"
                 )
             lines.append(text)
+            lines.extend(self._source_lines(split))
         settings = self._settings.get("train") or self.loader_settings("train")
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
         lines.append(f"  bad records: on_error={self.on_error!r}; {self.skipped.summary()}")
+        if any(is_remote(s.path) for shards in self.shards.values() for s in shards):
+            stats = self.remote.stats
+            cache = "none" if self.cache_dir is None else f"{self.cache_dir}"
+            if self.cache_limit is not None:
+                cache += f" (limit {self.cache_limit:,} bytes)"
+            lines.append(
+                f"  remote: {stats.retries} retried request(s), {stats.failures} failed for "
+                f"good (retries={self.remote.retries}, timeout={self.remote.timeout:g} s); "
+                f"cache {cache}; prefetch_shards={self.prefetch_shards}"
+            )
         stream = getattr(self, "_train_stream", None)
         resumed = None if stream is None else stream.resumed()
         if resumed is not None:  # an epoch resumed on another layout
@@ -129,3 +141,30 @@ class StreamInspection:
             )
         lines.extend(self.extra_summary())
         return "\n".join(lines)
+
+    def _source_lines(self, split: str) -> list[str]:
+        """One line per source of a mixed split: shards, records, weight or repeat, records this
+        epoch, passes so far, and the records it had skipped."""
+        mix = self.mixes.get(split)
+        if not mix:
+            return []
+        stream = getattr(self, "_train_stream", None) if split == "train" else None
+        epoch = 0 if stream is None else stream.epoch
+        shards = self.shards[split]
+        lines = []
+        for m in mix:
+            share = (
+                f"weight={m.source.weight:g}"
+                if m.source.weight is not None
+                else f"repeat={m.source.repeat:g}"
+                if m.source.repeat is not None
+                else "once per epoch"
+            )
+            passes = (epoch + 1) * m.quota / m.records if m.records else 0.0
+            skipped = sum(self.skipped.counts.get(shards[k].path, 0) for k in m.shards)
+            lines.append(
+                f"    source {m.source.label!r}: {len(m.shards)} shard(s), {m.records} records, "
+                f"{share}; {m.quota} records this epoch; {passes:.2f} passes so far (epoch "
+                f"{epoch}); {skipped} skipped"
+            )
+        return lines

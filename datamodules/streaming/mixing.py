@@ -233,3 +233,28 @@ def epoch_pieces(
         out.extend(chunks[s][taken[s]])
         taken[s] += 1
     return out
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """A source as the stream engine sees it: its shards and its records per epoch.
+
+    Attributes:
+        name: Its name (for ``source_key`` and the summary).
+        shards: Positions of its shards in the stream's shard list.
+        quota: Its records per epoch.
+    """
+
+    name: str
+    shards: tuple[int, ...]
+    quota: int
+
+
+def check_stream_sources(sources: Sequence[StreamSource], num_shards: int) -> None:
+    """Raises unless every shard belongs to exactly one source."""
+    owned = sorted(k for s in sources for k in s.shards)
+    if owned != list(range(num_shards)):
+        raise ValueError(
+            f"sources must share out the {num_shards} shards, each to one source; got "
+            f"{[list(s.shards) for s in sources]}."
+        )

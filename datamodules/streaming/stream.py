@@ -47,7 +47,7 @@ from __future__ import annotations
 import random
 import warnings
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from itertools import compress, count, islice
 from operator import itemgetter
 from typing import Any
@@ -59,6 +59,7 @@ from datamodules.core.loaders import passthrough
 from datamodules.streaming.elastic import Segment, buffer_rng, remainder, runs
 from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.layout import Plan, worker_done
+from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
 from datamodules.streaming.position import StreamPosition, check_int
 from datamodules.streaming.readers import Reader, ShardReader
 from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
@@ -89,6 +90,11 @@ class ShardedStream(StreamPosition, IterableDataset):
             the given indexes. Must be picklable for worker processes.
         on_error: ``"raise"`` or ``"skip"`` bad records (``ShardIndex`` shards must have been
             indexed with the same policy, so that counts match what is read).
+        sources: Mix the shards as weighted sources (:mod:`~datamodules.streaming.mixing`):
+            each a :class:`~datamodules.streaming.mixing.StreamSource` naming its shards (by
+            position in ``shards``) and its quota of records per epoch. None: every shard once
+            per epoch.
+        source_key: With ``sources``, each (dict) record gets its source's name in this field.
 
     Raises:
         ValueError: A bad argument (named in the message).
@@ -110,6 +116,8 @@ class ShardedStream(StreamPosition, IterableDataset):
         collate: Callable[[list[Any]], Any] | None = None,
         reader: Reader | None = None,
         on_error: str = "raise",
+        sources: Sequence[StreamSource] | None = None,
+        source_key: str | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = check_int(batch_size, "batch_size", 1)
@@ -149,7 +157,13 @@ class ShardedStream(StreamPosition, IterableDataset):
         self.transform = transform
         self.collate = collate if collate is not None else passthrough
         self.reader = reader if reader is not None else ShardReader(indexes, on_error)
-        self.num_records = sum(self.counts)
+        self.sources = list(sources) if sources is not None else None
+        self.source_key = source_key
+        if self.sources is not None:
+            check_stream_sources(self.sources, len(self.paths))
+        self.num_records = (
+            sum(s.quota for s in self.sources) if self.sources is not None else sum(self.counts)
+        )
         self._plan = Plan.make(self.num_records, self.world_size, self.batch_size, self.drop_last)
         self.num_padded, self.num_dropped = self._plan.padded, self._plan.dropped
         if self.num_padded:
@@ -193,16 +207,29 @@ class ShardedStream(StreamPosition, IterableDataset):
             self._cache = (key, seq, plan)
         return self._cache[1], self._cache[2]
 
-    def _order(self, epoch: int) -> tuple[list[int], list[int]]:
-        order = list(range(len(self.paths)))
-        if self.shuffle:
-            random.Random(f"{self.seed}:{epoch}:shards").shuffle(order)
+    def _order(self, epoch: int) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """The epoch's record sequence as pieces ``(shard, start, stop, source)`` (source -1:
+        not mixed) and their cumulative lengths."""
+        if self.sources is None:
+            order = list(range(len(self.paths)))
+            if self.shuffle:
+                random.Random(f"{self.seed}:{epoch}:shards").shuffle(order)
+            pieces = [(k, 0, self.counts[k], -1) for k in order]
+        else:
+            counts = [[self.counts[k] for k in s.shards] for s in self.sources]
+            quota = [s.quota for s in self.sources]
+            pieces = [
+                (self.sources[p.source].shards[p.shard], p.start, p.stop, p.source)
+                for p in epoch_pieces(counts, quota, self.seed, epoch, self.shuffle)
+            ]
         cum = [0]
-        for k in order:
-            cum.append(cum[-1] + self.counts[k])
-        return order, cum
+        for _, start, stop, _ in pieces:
+            cum.append(cum[-1] + stop - start)
+        return pieces, cum
 
-    def _read(self, order: list[int], cum: list[int], u: int, v: int) -> Iterator[Any]:
+    def _read(
+        self, order: list[tuple[int, int, int, int]], cum: list[int], u: int, v: int
+    ) -> Iterator[Any]:
         """Records at global positions ``[u, v)`` (past ``N``: wrapped, for padding)."""
         n = cum[-1]
         while u < v:
@@ -212,20 +239,45 @@ class ShardedStream(StreamPosition, IterableDataset):
             while lo < hi:
                 a, b = lo - cum[k], min(hi, cum[k + 1]) - cum[k]
                 if b > a:
-                    path = self.paths[order[k]]
+                    shard, start, _, source = order[k]
+                    path = self.paths[shard]
                     tally = count()  # zip advances it only for records the reader gave
-                    records = islice(self.reader(path, a, b), b - a)
+                    records = islice(self.reader(path, start + a, start + b), b - a)
+                    if source >= 0 and self.source_key is not None:
+                        records = self._labelled(records, self.sources[source].name, path)
                     yield from map(_first, zip(records, tally, strict=False))
                     got = next(tally)
                     if got != b - a:
                         raise RuntimeError(
-                            f"shard {path!r} ended after record {a + got}, but its index "
-                            f"promised {self.counts[order[k]]}: was it changed after indexing? "
-                            "Index it again (delete its cache entry)."
+                            f"shard {path!r} ended after record {start + a + got}, but its "
+                            f"index promised {self.counts[shard]}: was it changed after "
+                            "indexing? Index it again (delete its cache entry)."
                         )
                     lo = cum[k] + b
                 k += 1
             u = base + hi
+
+    def _labelled(self, records: Iterator[Any], name: str, path: str) -> Iterator[Any]:
+        key = self.source_key
+        for record in records:
+            if not isinstance(record, MutableMapping):
+                raise TypeError(
+                    f"source_key={key!r} needs dict records; shard {path!r} gave "
+                    f"{type(record).__name__}."
+                )
+            record[key] = name
+            yield record
+
+    def _plan_reads(
+        self, order: list[tuple[int, int, int, int]], cum: list[int], positions: np.ndarray
+    ) -> None:
+        """Tells a reader that prefetches (``reader.plan``) which shards come next, in order."""
+        plan = getattr(self.reader, "plan", None)
+        if plan is None or not len(positions):
+            return
+        pieces = np.searchsorted(np.asarray(cum[1:]), positions % cum[-1], side="right")
+        shards = [order[int(k)][0] for k in pieces[np.r_[True, pieces[1:] != pieces[:-1]]]]
+        plan([self.paths[k] for k in dict.fromkeys(shards)])
 
     def _read_positions(self, order: list[int], cum: list[int], pos: np.ndarray) -> Iterator[Any]:
         """Records at the global positions ``pos`` (runs of them, read range by range)."""
@@ -282,12 +334,14 @@ class ShardedStream(StreamPosition, IterableDataset):
             return
         order, cum = self._order(epoch)
         if seq is None:
+            self._plan_reads(order, cum, span.base + np.arange(span.n))
 
             def read_from(i: int) -> Iterator[Any]:
                 return self._read(order, cum, span.base + i, span.base + span.n)
 
         else:
             pos = seq[(span.base + np.arange(span.n)) % len(seq)]
+            self._plan_reads(order, cum, pos)
 
             def read_from(i: int) -> Iterator[Any]:
                 return self._read_positions(order, cum, pos[i:])

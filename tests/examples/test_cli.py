@@ -150,3 +150,28 @@ def test_digits_are_not_written_into_a_folder_of_your_own(tmp_path: Path) -> Non
     dm.setup("fit")
     assert dm.classes == ["cat", "dog"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cat", "dog"]
+
+
+def test_the_docs_mixed_remote_cached_config_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The streaming page shows a LightningCLI config of weighted Sources on S3 with a cache.
+    page = (ROOT / "docs" / "datamodules" / "streaming.md").read_text()
+    marker = "<!-- cli-config: streaming-mixed -->\n```yaml\n"
+    assert page.count(marker) == 1
+    config = tmp_path / "mixed.yaml"
+    config.write_text(page.split(marker, 1)[1].split("```", 1)[0])
+    monkeypatch.setattr(sys, "argv", ["cli.py"])
+    dm = main(["--config", str(config)], run=False).datamodule
+    from datamodules import Source, StreamingDataModule
+
+    assert isinstance(dm, StreamingDataModule)
+    assert dm.files["train"] == [
+        Source("s3://corpus/web/*.jsonl", weight=7, name="web"),
+        Source("s3://corpus/code/*.parquet", weight=2, name="code"),
+        Source("s3://corpus/books/", weight=1, name="books"),
+    ]
+    assert [s.name for s in dm.files["val"]] == ["web", "code"]
+    assert (dm.epoch_size, dm.source_key, dm.cache_limit) == (1_000_000, "source", 50 * 10**9)
+    assert dm.remote.storage_options == {"endpoint_url": "https://object-store.internal:9000"}
+    assert (dm.remote.retries, dm.remote.timeout, dm.prefetch_shards) == (8, 30.0, 2)

@@ -176,3 +176,28 @@ def test_cache_limit_sizes(value, expected) -> None:
 def test_a_bad_cache_limit_names_the_argument(value) -> None:
     with pytest.raises(ValueError, match=r"cache_limit=.* is not accepted: use a number of bytes"):
         parse_size(value)
+
+
+def test_the_datamodule_reads_its_second_epoch_from_the_cache(server, tmp_path: Path) -> None:
+    from datamodules import StreamingDataModule
+
+    base, counts, _ = server
+    dm = StreamingDataModule(
+        urls(base),
+        cache_dir=str(tmp_path / "cache"),
+        cache_limit="1GB",
+        batch_size=50,
+        num_workers=2,
+        persistent_workers=False,
+        index_cache=False,
+    )
+    loader = dm.train_dataloader()
+    epochs = []
+    for _ in range(2):
+        before = Counter(counts)
+        epochs.append(sorted(int(i) for batch in loader for i in batch["id"]))
+        epochs.append(counts - before)
+    assert epochs[0] == epochs[2] == list(range(3 * N))
+    assert epochs[1] == Counter({("GET", f"/s{k}.jsonl"): 1 for k in range(3)})
+    assert epochs[3] == Counter()  # the second epoch: no request
+    assert "cache " + str(tmp_path / "cache") + " (limit 1,000,000,000 bytes)" in dm.summary()

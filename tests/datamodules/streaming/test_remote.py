@@ -233,3 +233,34 @@ def test_s3_missing_key_fails_naming_it(s3) -> None:
     options = fast_options(storage_options=s3)
     with pytest.raises(ShardError, match=r"s3://shards/nothing\.jsonl.*404"):
         index_shard("s3://shards/nothing.jsonl", cache_dir=False, options=options)
+
+
+# ---------------------------------------------------------------------- through the DataModule
+def test_the_datamodule_retries_a_503_and_names_a_404(flaky, monkeypatch) -> None:
+    base, gets, _ = flaky
+    monkeypatch.setattr(FlakyHandler, "schedule", ("503",))  # one 503 per shard
+    from datamodules import StreamingDataModule
+
+    urls = [f"{base}/s0.jsonl", f"{base}/s1.jsonl"]
+    dm = StreamingDataModule(urls, batch_size=500, num_workers=2, index_cache=False, timeout=5)
+    ids = sorted(int(i) for batch in dm.train_dataloader() for i in batch["id"])
+    assert ids == list(range(2 * N))
+    assert dm.remote.stats.retries >= 2  # each shard's first GET was a 503
+    assert f"remote: {dm.remote.stats.retries} retried request(s), 0 failed" in dm.summary()
+    missing = StreamingDataModule(f"{base}/nope.jsonl", index_cache=False)
+    with pytest.raises(ShardError, match=r"http://127\.0\.0\.1:\d+/nope\.jsonl.*404"):
+        missing.setup("fit")
+
+
+def test_the_datamodule_reads_s3_with_storage_options(s3) -> None:
+    from datamodules import StreamingDataModule
+
+    dm = StreamingDataModule(
+        "s3://shards/part-*.jsonl",
+        storage_options=s3,
+        batch_size=64,
+        num_workers=2,
+        index_cache=False,
+    )
+    ids = sorted(int(i) for batch in dm.train_dataloader() for i in batch["id"])
+    assert ids == list(range(1000))
