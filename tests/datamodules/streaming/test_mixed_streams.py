@@ -179,3 +179,16 @@ def test_bad_mixes_fail_early_naming_the_sources(folders) -> None:
     )
     with pytest.raises(ValueError, match=r"part-0\.jsonl' is in the sources 'a' and 'b'"):
         dm.setup("fit")
+
+
+def test_a_resume_with_other_quotas_is_refused(folders) -> None:
+    dm = make(folders, epoch_size=80)
+    dm.setup("fit")
+    state = dm.state_dict()
+    other = make(folders, epoch_size=60)
+    other.setup("fit")
+    with pytest.raises(ValueError, match=r"the checkpoint's train shards \(fingerprint"):
+        other.load_state_dict(state)
+    same = make(folders, epoch_size=80)
+    same.setup("fit")
+    same.load_state_dict(state)  # the same sources and quotas resume
