@@ -63,9 +63,16 @@ class ShardReader:
         return state
 
     def plan(self, paths: Sequence[str]) -> None:
-        """Tells the reader the shards it will read next, in order; starts prefetching them."""
+        """Tells the reader the shards it will read next, in order; starts prefetching them.
+
+        Without a persistent cache the first of them is streamed in place (it has no shard to
+        hide behind), so prefetching starts with the second.
+        """
         self._plan = list(paths)
-        self._prefetch_after(-1)
+        self._prefetch_after(-1 if self._keeps_copies() else 0)
+
+    def _keeps_copies(self) -> bool:
+        return self.cache is not None and self.cache.keep
 
     def _prefetch_after(self, position: int) -> None:
         if self.cache is None or self.prefetch_shards <= 0:
@@ -82,7 +89,10 @@ class ShardReader:
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
         index = self.indexes.get(path)
         fmt = index.fmt if index is not None else None
-        if self.cache is None or not is_remote(path):
+        streamed = bool(self._plan) and path == self._plan[0] and not self._keeps_copies()
+        if streamed:
+            self._prefetch_after(0)
+        if self.cache is None or not is_remote(path) or streamed:
             return read_records(
                 path,
                 fmt,

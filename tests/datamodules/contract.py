@@ -256,13 +256,14 @@ class DataModuleContract:
         assert sorted(i for _, _, ids in model.seen["test"] for i in ids) == split_ids(dm, "test")
         assert sorted(i for p in predictions for i in p) == split_ids(dm, "test")
 
-    def test_ddp_two_processes_disjoint_complete_even(
+    def test_ddp_two_processes_disjoint_complete_even_and_resume_on_3_and_1(
         self, case: ContractCase, tmp_path: Path
     ) -> None:
         if case.ddp_factory is None:
             pytest.fail("the contract needs a ddp_factory for this DataModule")
-        ranks = run_ddp(case, tmp_path)
-        dm, _ = _factory(case)(**case.ddp_kwargs)
+        checkpoints = tmp_path / "checkpoints"
+        ranks = run_ddp(case, tmp_path / "two", extra=("--ckpt-dir", str(checkpoints)))
+        dm, batch_ids = _factory(case)(**case.ddp_kwargs)
         dm.setup("fit")
         assert [r["world"] for r in ranks] == [2, 2]
         for stage in ("train", "val"):
@@ -276,6 +277,25 @@ class DataModuleContract:
                 assert not (set(ids[0]) & set(ids[1])), f"{stage}: ranks overlap"
                 union = ids[0] + ids[1]
                 assert sorted(union.elements()) == expected, f"{stage}: incomplete or repeated"
+        # Elastic resume: the checkpoint taken after 2 batches on 2 ranks resumes on 3 ranks
+        # (DDP) and on 1 (in this process). Across both runs every train sample of that
+        # epoch once, the same batch count on every rank, then whole, validated epochs.
+        train = split_ids(dm, "train")
+        step = 2
+        seen = [i for r in ranks for batch in r["train"][0][:step] for i in batch]
+        ckpt = checkpoints / f"epoch=0-step={step}.ckpt"
+        three = run_ddp(case, tmp_path / "three", devices=3, extra=("--resume", str(ckpt)))
+        model = RecordingModel(batch_ids)
+        quiet_trainer(max_epochs=2).fit(model, datamodule=dm, ckpt_path=ckpt)
+        one = [{"train": model.train_epochs(), "val": model.val_epochs()}]
+        for resumed in (three, one):
+            world = len(resumed)
+            rest = [i for r in resumed for batch in r["train"][0] for i in batch]
+            assert sorted(seen + rest) == train, world
+            assert len({len(r["train"][0]) for r in resumed}) == 1, world  # even
+            nxt = [i for r in resumed for batch in r["train"][1] for i in batch]
+            assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
+            assert all(len(r["val"]) == 2 for r in resumed), world  # validated after both
 
     @pytest.mark.parametrize("workers_index", [0, 1])
     def test_resume_mid_epoch_is_exact(
@@ -308,27 +328,6 @@ class DataModuleContract:
             got = resumed.train_epochs()
             assert got[0] == reference[epoch][done:], f"resume at step {step}"
             assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
-
-    def test_elastic_resume_on_other_world_sizes(self, case: ContractCase, tmp_path: Path) -> None:
-        # A checkpoint taken mid-epoch on 2 ranks resumes on 3 ranks and on 1: across both
-        # runs every train sample of that epoch once, and the same batch count on every rank.
-        checkpoints = tmp_path / "checkpoints"
-        first = run_ddp(case, tmp_path / "two", epochs=1, extra=("--ckpt-dir", str(checkpoints)))
-        per_rank = len(first[0]["train"][0])
-        assert per_rank >= 3 and len(first[1]["train"][0]) == per_rank
-        train = sorted(i for r in first for batch in r["train"][0] for i in batch)
-        step = 2
-        seen = [i for r in first for batch in r["train"][0][:step] for i in batch]
-        ckpt = checkpoints / f"epoch=0-step={step}.ckpt"
-        for world in (3, 1):
-            out = tmp_path / f"resumed-on-{world}"
-            resumed = run_ddp(case, out, epochs=2, devices=world, extra=("--resume", str(ckpt)))
-            rest = [[i for batch in r["train"][0] for i in batch] for r in resumed]
-            assert sorted(seen + [i for ids in rest for i in ids]) == train, world
-            assert len({len(r["train"][0]) for r in resumed}) == 1, world  # even
-            nxt = [i for r in resumed for batch in r["train"][1] for i in batch]
-            assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
-            assert all(len(r["val"]) == 2 for r in resumed)  # validated after both epochs
 
     def test_resume_with_another_batch_size_keeps_the_trainer_length_right(
         self, case: ContractCase, tmp_path: Path
