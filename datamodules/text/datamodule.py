@@ -11,7 +11,9 @@ per-sample Python objects, no per-sample collate); it equals what
 
 The train loader's batches come from :class:`~datamodules.core.buckets.BucketBatchSampler`:
 similar lengths together (little padding), a new composition every epoch, the same number of
-batches on every DDP rank, exact mid-epoch resume.
+batches on every DDP rank, exact mid-epoch resume. With ``packing=True`` (language modelling,
+texts without labels) batches are instead rows of ``seq_length`` tokens with document
+boundaries (:mod:`datamodules.text.packing`).
 
 Extension point: override :meth:`TextDataModule.load_texts` to return ``(texts, labels)`` for
 your own dataset.
@@ -19,7 +21,6 @@ your own dataset.
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,11 +29,18 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.buckets import BATCH_BY, BucketBatchSampler
+from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
+from datamodules.text.arguments import check_text_arguments
 from datamodules.text.encoding import EncodedTexts, TextBatchView
 from datamodules.text.inspection import TextInspection
+from datamodules.text.packing import (
+    PackedRowSampler,
+    PackedTextView,
+    PackPlanner,
+    check_packable,
+)
 from datamodules.text.readers import (
     TextRecords,
     check_labels,
@@ -41,7 +49,6 @@ from datamodules.text.readers import (
     records_from_memory,
 )
 from datamodules.text.vocab import (
-    LEVELS,
     PAD_ID,
     Vocabulary,
     describe_tokenizer,
@@ -52,20 +59,6 @@ from datamodules.text.vocab import (
 )
 
 Tokenizer = str | Callable[[str], Sequence[int]] | Any
-SIDES = ("left", "right")
-
-
-def _check_choice(value: Any, name: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        accepted = " or ".join(repr(c) for c in choices)
-        raise ValueError(f"{name}={value!r} is not accepted: use {accepted}.")
-
-
-def _check_optional_int(value: Any, name: str, minimum: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use None or an int >= {minimum}.")
 
 
 class TextDataModule(TextInspection, BaseDataModule):
@@ -115,6 +108,16 @@ class TextDataModule(TextInspection, BaseDataModule):
         bucket: Group train samples by length (pools of ``pool_batches`` batches).
         eval_bucket: Sort eval splits by length instead of keeping their order.
         pool_batches: Batches per bucketing pool (see ``BucketBatchSampler``).
+        packing: Pack the texts into rows of ``seq_length`` tokens for language-model
+            training (texts without labels): batches of ``batch_size`` rows with
+            ``input_ids``, ``position_ids``, ``document_ids``, ``labels``,
+            ``attention_mask``, ``cu_seqlens`` and ``max_seqlen`` (see
+            :mod:`datamodules.text.packing`); ``bucket``, ``eval_bucket``, ``padding_side``
+            and ``pad_to_multiple_of`` do not apply.
+        seq_length: Tokens per packed row (with ``packing=True``).
+        pack_mode: ``"split"`` (documents continue into the next row: every token once per
+            epoch) or ``"whole"`` (documents are never split; one longer than
+            ``seq_length`` fails in ``setup`` unless ``max_length <= seq_length`` truncates it).
         **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`;
             ``train_transforms`` / ``eval_transforms`` apply to whole batch dicts.
 
@@ -151,6 +154,9 @@ class TextDataModule(TextInspection, BaseDataModule):
         bucket: bool = True,
         eval_bucket: bool = False,
         pool_batches: int = 1000,
+        packing: bool = False,
+        seq_length: int | None = None,
+        pack_mode: str = "split",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -174,54 +180,28 @@ class TextDataModule(TextInspection, BaseDataModule):
         for name, key in (("text_key", text_key), ("label_key", label_key)):
             if not isinstance(key, str):
                 raise TypeError(f"{name}={key!r} is not accepted: use a string.")
-        if isinstance(tokenizer, str):
-            _check_choice(tokenizer, "tokenizer", LEVELS)
-        elif not (callable(tokenizer) or hasattr(tokenizer, "encode")):
-            raise TypeError(
-                f"tokenizer={tokenizer!r} is not accepted: use 'char', 'word', a callable "
-                "str -> list[int], or an object with encode() (Hugging Face tokenizers)."
-            )
-        if not isinstance(lowercase, bool):
-            raise TypeError(f"lowercase={lowercase!r} is not accepted: use True or False.")
-        _check_optional_int(min_freq, "min_freq", 1)
-        _check_optional_int(pad_id, "pad_id", 0)
-        _check_optional_int(max_length, "max_length", 1)
-        _check_optional_int(pad_to_multiple_of, "pad_to_multiple_of", 1)
-        _check_optional_int(pool_batches, "pool_batches", 1)
-        _check_choice(truncation_side, "truncation_side", SIDES)
-        _check_choice(padding_side, "padding_side", SIDES)
-        _check_choice(batch_by, "batch_by", BATCH_BY)
-        for name, flag in (("bucket", bucket), ("eval_bucket", eval_bucket)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}={flag!r} is not accepted: use True or False.")
-        if max_length and pad_to_multiple_of and max_length % pad_to_multiple_of:
-            raise ValueError(
-                f"max_length={max_length} is not a multiple of pad_to_multiple_of="
-                f"{pad_to_multiple_of}: padded batches could exceed max_length."
-            )
-        if batch_by == "tokens":
-            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-                raise ValueError(
-                    f"max_tokens={max_tokens!r} is not accepted with batch_by='tokens': use an "
-                    "int >= 1 (the budget of batch size x longest sample)."
-                )
-            if self.drop_last:
-                raise ValueError("drop_last=True is not accepted with batch_by='tokens'.")
-            if self.shuffle and not bucket:
-                raise ValueError(
-                    "bucket=False is not accepted with batch_by='tokens' and shuffle=True: a "
-                    "token budget needs length buckets."
-                )
-            if max_length is not None and max_length > max_tokens:
-                raise ValueError(
-                    f"max_length={max_length} exceeds max_tokens={max_tokens}: a single sample "
-                    "could not fit in a batch."
-                )
-        elif max_tokens is not None:
-            raise ValueError(
-                f"max_tokens={max_tokens!r} has no effect with batch_by='samples': set "
-                "batch_by='tokens' or drop max_tokens."
-            )
+        check_text_arguments(
+            tokenizer=tokenizer,
+            lowercase=lowercase,
+            min_freq=min_freq,
+            pad_id=pad_id,
+            max_length=max_length,
+            truncation_side=truncation_side,
+            padding_side=padding_side,
+            pad_to_multiple_of=pad_to_multiple_of,
+            batch_by=batch_by,
+            max_tokens=max_tokens,
+            bucket=bucket,
+            eval_bucket=eval_bucket,
+            pool_batches=pool_batches,
+            drop_last=self.drop_last,
+            shuffle=self.shuffle,
+            packing=packing,
+            seq_length=seq_length,
+            pack_mode=pack_mode,
+            labelled=labels is not None,
+        )
+        self.packing, self.seq_length, self.pack_mode = packing, seq_length, pack_mode
         self.text_key, self.label_key = text_key, label_key
         self.tokenizer = tokenizer
         self.lowercase, self.min_freq = lowercase, min_freq
@@ -237,6 +217,7 @@ class TextDataModule(TextInspection, BaseDataModule):
         self._sources: list[TextRecords] = []
         self._pending_vocab: dict[str, Any] | None = None
         self._pending_label_names: list[str] | None = None
+        self._planners: dict[str, PackPlanner] = {}
 
     # ------------------------------------------------------------------ data
     def load_texts(self) -> TextRecords | tuple[Sequence[str], Sequence[int | str] | None]:
@@ -304,6 +285,8 @@ class TextDataModule(TextInspection, BaseDataModule):
         for records in sources:
             records.encoded = EncodedTexts(*self._tokenize(records), self._label_tensor(records))
             self._check_budget(records)
+            if self.packing:
+                check_packable(records, self.label_key, self.seq_length, self.pack_mode)
         self._sources = sources
 
     def _tokenize(self, records: TextRecords) -> tuple[np.ndarray, np.ndarray]:
@@ -376,7 +359,23 @@ class TextDataModule(TextInspection, BaseDataModule):
         return vocab
 
     # ------------------------------------------------------------------ loaders
+    def planner(self, split: str) -> PackPlanner:
+        """The pack planner of a split (``packing=True``): its rows for every epoch."""
+        indices = self._require_setup()[split]
+        if split not in self._planners:
+            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
+            shuffle = self.shuffle and split == "train"
+            self._planners[split] = PackPlanner(
+                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
+            )
+        return self._planners[split]
+
     def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
+        if self.packing:
+            planner = self.planner(split)
+            return PackedTextView(
+                dataset.encoded, indices, self.transform_for(split), planner, self.pad_id
+            )
         return TextBatchView(
             dataset.encoded,
             indices,
@@ -388,6 +387,14 @@ class TextDataModule(TextInspection, BaseDataModule):
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         train = split == "train"
+        if isinstance(view, PackedTextView):
+            return PackedRowSampler(
+                view.planner,
+                self.batch_size,
+                drop_last=self.drop_last and train,
+                num_replicas=world,
+                rank=rank,
+            )
         assert isinstance(view, TextBatchView)
         return BucketBatchSampler(
             view.lengths,
@@ -452,6 +459,8 @@ class TextDataModule(TextInspection, BaseDataModule):
         ]
         if self.label_names is not None:
             lines.append(f"  labels: {len(self.label_names)} names {self.label_names[:8]}...")
+        if self.packing:
+            return lines + self.packing_summary()
         budget = f" (max_tokens={self.max_tokens})" if self.batch_by == "tokens" else ""
         line = (
             f"  batches: by {self.batch_by}{budget}, bucket={self.bucket} "

@@ -1,5 +1,6 @@
 """What ``python -m datamodules inspect`` shows for texts: labels, lengths, and the padding
-that length buckets save.
+that length buckets save (or, with ``packing=True``, the rows' fill and a picture of one
+batch's rows as bars of document pieces).
 
 :class:`TextInspection` is mixed into :class:`~datamodules.TextDataModule`; its methods are the
 DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`).
@@ -29,6 +30,8 @@ class TextInspection:
         )
 
         indices = self._require_setup()
+        if self.packing:
+            return self._describe_packing(describe_datamodule, length_stats)
         labels = {}
         for split, idx in indices.items():
             encoded = self.split_datasets[split].encoded.labels
@@ -82,6 +85,8 @@ class TextInspection:
 
         if not self.split_size(split):
             raise ValueError(f"plot_batch: the {split} split is empty: nothing to draw.")
+        if self.packing:
+            return self._plot_packed(batch, path, split)
         view = self.view(split)
         batches = self.make_sampler(split, view, 0, 1).epoch_batches(0)
         lengths = padded_to = None
@@ -108,3 +113,46 @@ class TextInspection:
             pad_to_multiple_of=self.pad_to_multiple_of,
             title=title,
         )
+
+    # ------------------------------------------------------------------ packing
+    def packing_summary(self) -> list[str]:
+        """Summary lines of ``packing=True``: rows per epoch, real tokens, split documents."""
+        from datamodules.text.packing import packing_lines
+
+        lines = [
+            f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
+            f"batch_size={self.batch_size} rows"
+        ]
+        sampler = self._samplers.get("train")
+        for split, idx in self._require_setup().items():
+            if len(idx):
+                epoch = sampler.epoch if split == "train" and sampler is not None else 0
+                lines.append("  " + packing_lines(self.planner(split), split, epoch))
+        if sampler is not None:
+            lines.append(f"  train: {len(sampler)} batches per rank")
+        return lines
+
+    def _describe_packing(self, describe_datamodule: Any, length_stats: Any) -> list[str]:
+        indices = self._require_setup()
+        lines = describe_datamodule(self, names=None, split_labels=dict.fromkeys(indices))
+        lines.append("lengths (tokens per document):")
+        for split, idx in indices.items():
+            lengths = self.split_datasets[split].encoded.lengths[idx]
+            lines.append(f"  {split}: {length_stats(lengths)}")
+        lines.append("packed rows (rows per epoch, share of real tokens, split documents):")
+        lines.extend(line for line in self.packing_summary()[1:] if "batches per rank" not in line)
+        return lines
+
+    def _plot_packed(self, batch: Any, path: str | os.PathLike[str], split: str) -> Any:
+        from datamodules.text.pack_picture import plot_packed_batch
+        from datamodules.text.packing import packing_lines
+
+        if not (isinstance(batch, dict) and "document_ids" in batch):
+            raise ValueError("plot_batch: with packing=True, pass one packed batch (a dict).")
+        planner = self.planner(split)
+        title = [
+            f"{type(self).__name__}, {split} split: packed rows of {self.seq_length} tokens "
+            f"(pack_mode={self.pack_mode!r})",
+            "colours: documents; grey: padding; notches: a piece continued across rows",
+        ]
+        return plot_packed_batch(batch, path, title, [packing_lines(planner, split, 0)])

@@ -1,0 +1,352 @@
+"""Packing for language-model training: rows of ``seq_length`` tokens, dealt to ranks as units.
+
+Packing works in index space. A *pack plan* (:class:`collates.pack_plan.PackPlan`) lists, for
+one split and one epoch, each row's pieces ``(document, first token, token count)``; it is
+computed from the documents' lengths alone by :class:`PackPlanner`, deterministically from
+``shuffle_seed + epoch`` (train) or in split order (eval, and ``shuffle=False``):
+
+* ``"split"``: the documents, shuffled, laid end to end and cut every ``seq_length`` tokens:
+  ``ceil(tokens / seq_length)`` rows, the same every epoch, only the last one short.
+* ``"whole"``: best-fit decreasing of the shuffled documents within pools of
+  :data:`~collates.pack_plan.POOL_DOCUMENTS`; no document is split. The row count is fixed
+  for the split (a Trainer reads a loader's length once): the largest of the pooled plans
+  of epochs 0 and 1 and of one best-fit pass over all documents in a single pool (whose
+  count depends only on the lengths, not their order). An epoch whose pooled plan needs
+  fewer rows splits its rows with the most pieces to reach the count; one that would need
+  more (rare) packs all its documents in a single pool, which always fits.
+
+The rows are the units :class:`PackedRowSampler` (an
+:class:`~datamodules.core.samplers.IndexBatchSampler`) shuffles and deals to ranks, so DDP
+evenness, mid-epoch resume and elastic resume are the core's. The sampler yields row ids that also
+carry the epoch (``epoch * rows + row``); :class:`PackedTextView` (what a DataLoader worker
+holds) rebuilds the epoch's plan from that, caches it, and gathers a batch from the flat
+token buffer in one vectorised step (:func:`collates.packing.batch_from_segments`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from collates.pack_plan import (
+    POOL_DOCUMENTS,
+    PackPlan,
+    best_fit_plan,
+    pad_rows_to,
+    split_plan,
+)
+from collates.packing import batch_from_segments, segment_table
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.views import SplitView
+from datamodules.text.encoding import EncodedTexts
+
+#: Epochs whose pooled "whole" plans set the fixed row count.
+PROBED_EPOCHS = 2
+
+
+class PackPlanner:
+    """The pack plan of one split for any epoch, from its documents' lengths.
+
+    Args:
+        lengths: Tokens per document, in split order.
+        seq_length: Tokens per row.
+        pack_mode: ``"split"`` or ``"whole"``.
+        shuffle: Reshuffle the plan every epoch from ``seed + epoch``; else one fixed plan in
+            split order.
+        seed: Base seed.
+        pool: Documents per best-fit pool (``"whole"``).
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        seq_length: int,
+        pack_mode: str,
+        shuffle: bool,
+        seed: int,
+        pool: int = POOL_DOCUMENTS,
+    ) -> None:
+        self.pool = pool
+        self.lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        self.seq_length, self.pack_mode = seq_length, pack_mode
+        self.shuffle, self.seed = shuffle, seed
+        self._cache: OrderedDict[int, PackPlan] = OrderedDict()
+        self._probes: dict[int, PackPlan] = {}  # pooled plans computed to size the rows
+        total = int(self.lengths.sum())
+        if pack_mode == "split" or not total:
+            self.num_rows = -(-total // seq_length)
+        elif shuffle:
+            # Enough rows for the pooled plans of the first epochs; a later epoch that needs
+            # more packs in one pool, which never needs more than the one-pool count.
+            rows = [best_fit_plan(self.lengths, seq_length, pool=None).num_rows]
+            for epoch in range(PROBED_EPOCHS):
+                lengths = self.lengths[self.order(epoch)]
+                self._probes[epoch] = best_fit_plan(lengths, seq_length, pool)
+                rows.append(self._probes[epoch].num_rows)
+            self.num_rows = max(rows)
+        else:
+            self.num_rows = self.plan(0).num_rows
+
+    @property
+    def num_tokens(self) -> int:
+        """Real tokens per epoch."""
+        return int(self.lengths.sum())
+
+    def fill(self) -> float:
+        """Real tokens over the rows' capacity (``rows x seq_length``), the same every epoch."""
+        return self.num_tokens / max(self.num_rows * self.seq_length, 1)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's document order (positions in the split)."""
+        n = len(self.lengths)
+        if not self.shuffle:
+            return np.arange(n, dtype=np.int64)
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(n, generator=generator).numpy()
+
+    def plan(self, epoch: int) -> PackPlan:
+        """The plan of ``epoch`` (any epoch when not shuffling); pieces name split positions."""
+        key = epoch if self.shuffle else 0
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        order = self.order(key)
+        lengths = self.lengths[order]
+        if self.pack_mode == "split":
+            plan = split_plan(lengths, self.seq_length)
+        else:
+            plan = self._probes.pop(key, None) or best_fit_plan(lengths, self.seq_length, self.pool)
+            if self.shuffle:
+                if plan.num_rows > self.num_rows:
+                    plan = best_fit_plan(lengths, self.seq_length, pool=None)
+                plan = pad_rows_to(plan, self.num_rows)
+        plan = plan.remap(order)
+        self._cache[key] = plan
+        while len(self._cache) > 2:
+            self._cache.popitem(last=False)
+        return plan
+
+    def fingerprint(self) -> str:
+        """A short hash of the lengths and options: what decides every epoch's rows."""
+        digest = hashlib.blake2b(self.lengths.tobytes(), digest_size=8)
+        digest.update(f"{self.seq_length}/{self.pack_mode}/{self.shuffle}".encode())
+        return digest.hexdigest()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = OrderedDict()  # workers rebuild the plans they need
+        state["_probes"] = {}
+        return state
+
+
+class PackedTextView(SplitView):
+    """A split of tokenized texts whose item is a batch of packed rows.
+
+    Indexed with one batch of row ids from :class:`PackedRowSampler` (``epoch * rows +
+    row``), it returns the batch dict of :mod:`collates.packing` (``document_ids`` are
+    positions in the split).
+
+    Args:
+        encoded: The tokenized texts of the split's source.
+        indices: Positions of the split's documents in ``encoded``.
+        transform: Applied to each whole batch dict.
+        planner: The split's pack planner.
+        pad_id: Id written at padding.
+    """
+
+    def __init__(
+        self,
+        encoded: EncodedTexts,
+        indices: torch.Tensor,
+        transform: Callable[[Any], Any] | None,
+        planner: PackPlanner,
+        pad_id: int,
+    ) -> None:
+        super().__init__(indices, transform)
+        self.encoded = encoded
+        self.planner = planner
+        self.pad_id = pad_id
+        self.offsets = encoded.offsets_np[:-1][indices.numpy()]
+        self._tables: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    @property
+    def num_rows(self) -> int:
+        """Rows per epoch."""
+        return self.planner.num_rows
+
+    def plan(self, epoch: int) -> PackPlan:
+        """The epoch's pack plan (see :class:`PackPlanner`)."""
+        return self.planner.plan(epoch)
+
+    def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
+        ids = batch.numpy()
+        rows = self.planner.num_rows
+        epoch = int(ids[0]) // rows if len(ids) else 0
+        if len(ids) and int(ids[-1]) // rows != epoch:
+            raise ValueError("a packed batch holds rows of two epochs.")
+        table, seg_ptr = self.segments(epoch)
+        out = batch_from_segments(
+            self.encoded.tokens_np,
+            table,
+            seg_ptr,
+            ids - epoch * rows,
+            self.planner.seq_length,
+            self.pad_id,
+        )
+        return self.transform(out) if self.transform is not None else out
+
+    def segments(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The epoch's plan as a segment table (:func:`collates.packing.segment_table`)."""
+        key = epoch if self.planner.shuffle else 0
+        cached = self._tables.get(key)
+        if cached is None:
+            plan = self.planner.plan(key)
+            cached = segment_table(plan, self.offsets, self.planner.seq_length)
+            self._tables[key] = cached
+            while len(self._tables) > 2:
+                self._tables.popitem(last=False)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_tables"] = OrderedDict()  # workers rebuild the tables they need
+        return state
+
+
+class PackedRowSampler(IndexBatchSampler):
+    """Batches of packed rows: DDP-even, resumable and elastic as
+    :class:`~datamodules.core.samplers.IndexBatchSampler` is, over rows.
+
+    When shuffling, the epoch's rows are dealt in a random order from ``seed + epoch`` (rank
+    ``r`` of ``W`` takes positions ``r, r + W, ...`` of it), so that a batch mixes rows from
+    all over the epoch rather than consecutive rows of the same long documents (with
+    ``"split"``, the plan's last row, the only short one, stays last); each yielded
+    id is then ``epoch * rows + row``, which tells :class:`PackedTextView` the epoch's plan.
+    Without shuffling (eval splits), rows go in plan order and ids are plain row numbers.
+
+    Args:
+        planner: The split's pack planner (its ``shuffle`` decides the sampler's).
+        batch_size: Rows per batch.
+        drop_last: Drop each rank's last incomplete batch.
+        num_replicas: World size.
+        rank: Global rank.
+    """
+
+    def __init__(
+        self,
+        planner: PackPlanner,
+        batch_size: int,
+        *,
+        drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        self.planner = planner
+        super().__init__(
+            planner.num_rows,
+            batch_size,
+            shuffle=planner.shuffle,
+            drop_last=drop_last,
+            seed=planner.seed,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """The epoch's row ids: the plan's rows shuffled from ``seed + epoch`` (when shuffling),
+        each carrying its epoch (``epoch * rows + row``)."""
+        n = self.dataset_size
+        if not self.shuffle:
+            return torch.arange(n, dtype=torch.int64)
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        if self.planner.pack_mode == "split" and n:
+            # The plan's last row, the only short one, stays the epoch's last.
+            order = torch.cat([torch.randperm(n - 1, generator=generator), torch.tensor([n - 1])])
+        else:
+            order = torch.randperm(n, generator=generator)
+        return order + epoch * n
+
+    def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
+        """Every batch of ``epoch`` across all ranks (rank 0's first), as row ids."""
+        return [
+            b
+            for r in range(self.num_replicas)
+            for b in self._batches_from(self.permutation(epoch), r)
+        ]
+
+    def _packing_state(self) -> dict[str, Any]:
+        return {
+            "seq_length": self.planner.seq_length,
+            "pack_mode": self.planner.pack_mode,
+            "lengths": self.planner.fingerprint(),
+        }
+
+    def state_dict(self, consumed_batches: int | None = None) -> dict[str, Any]:
+        """The core sampler's position plus the packing that decides the rows."""
+        state = super().state_dict(consumed_batches)
+        state["packing"] = self._packing_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a position saved by :meth:`state_dict`.
+
+        Raises:
+            ValueError: If the checkpoint was saved without packing, or with another
+                ``seq_length``, ``pack_mode`` or other document lengths, or (from the core)
+                another seed, ``shuffle`` or ``drop_last``.
+        """
+        saved, mine = state.get("packing"), self._packing_state()
+        if saved is None:
+            raise ValueError(
+                "cannot resume the packed rows: the checkpoint was saved without packing=True."
+            )
+        for key in ("seq_length", "pack_mode"):
+            if saved.get(key) != mine[key]:
+                raise ValueError(
+                    f"cannot resume the packed rows exactly: the checkpoint was saved with "
+                    f"{key}={saved.get(key)!r}, this run has {key}={mine[key]!r}; keep it as "
+                    "it was to resume."
+                )
+        if saved.get("lengths") != mine["lengths"]:
+            raise ValueError(
+                "cannot resume the packed rows exactly: the document lengths differ from the "
+                "checkpoint's (other texts, tokenizer or max_length)."
+            )
+        super().load_state_dict(state)
+
+
+def packing_lines(planner: PackPlanner, split: str, epoch: int) -> str:
+    """One summary line: rows per epoch, the share of real tokens, split documents."""
+    plan = planner.plan(epoch)
+    return (
+        f"{split}: {planner.num_rows} rows of {planner.seq_length} per epoch, real tokens "
+        f"{planner.fill():.4f}, {plan.split_documents()} split documents (epoch {epoch})"
+    )
+
+
+def check_packable(records: Any, label_key: str, seq_length: int, pack_mode: str) -> None:
+    """Fails in ``setup`` on texts that cannot be packed, naming the file and line.
+
+    Raises:
+        ValueError: If the texts carry labels, or (``"whole"``) a document is longer than
+            ``seq_length``.
+    """
+    if records.labels is not None and len(records):
+        raise ValueError(
+            f"{records.where(0)}: packing=True conflicts with labels: these texts have labels "
+            f"(label_key={label_key!r}), and packed rows are for texts without labels. Drop "
+            "the labels or packing=True."
+        )
+    lengths = records.encoded.lengths_np
+    if pack_mode == "whole" and len(lengths) and int(lengths.max()) > seq_length:
+        i = int(np.argmax(lengths))
+        raise ValueError(
+            f"{records.where(i)}: {int(lengths[i])} tokens exceed seq_length={seq_length} and "
+            "pack_mode='whole' never splits a document: set max_length <= seq_length to "
+            "truncate, raise seq_length, or use pack_mode='split'."
+        )
