@@ -13,6 +13,7 @@ from typing import Any
 
 from collates.packing import PACK_MODES
 from datamodules.core.buckets import BATCH_BY
+from datamodules.core.checks import check_bool
 from datamodules.text.vocab import LEVELS
 
 SIDES = ("left", "right")
@@ -31,12 +32,6 @@ def check_optional_int(value: Any, name: str, minimum: int) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name}={value!r} is not accepted: use None or an int >= {minimum}.")
-
-
-def check_flag(value: Any, name: str) -> None:
-    """Raises a TypeError unless ``value`` is a bool."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}={value!r} is not accepted: use True or False.")
 
 
 def check_text_arguments(
@@ -74,7 +69,7 @@ def check_text_arguments(
             f"tokenizer={tokenizer!r} is not accepted: use 'char', 'word', a callable "
             "str -> list[int], or an object with encode() (Hugging Face tokenizers)."
         )
-    check_flag(lowercase, "lowercase")
+    check_bool(lowercase, "lowercase")
     check_optional_int(min_freq, "min_freq", 1)
     check_optional_int(pad_id, "pad_id", 0)
     check_optional_int(max_length, "max_length", 1)
@@ -83,8 +78,8 @@ def check_text_arguments(
     check_choice(truncation_side, "truncation_side", SIDES)
     check_choice(padding_side, "padding_side", SIDES)
     check_choice(batch_by, "batch_by", BATCH_BY)
-    check_flag(bucket, "bucket")
-    check_flag(eval_bucket, "eval_bucket")
+    check_bool(bucket, "bucket")
+    check_bool(eval_bucket, "eval_bucket")
     if max_length and pad_to_multiple_of and max_length % pad_to_multiple_of:
         raise ValueError(
             f"max_length={max_length} is not a multiple of pad_to_multiple_of="
@@ -126,7 +121,7 @@ def check_packing_arguments(
             ``seq_length`` / ``pack_mode`` given without ``packing=True``.
         TypeError: If ``packing`` is not a bool.
     """
-    check_flag(packing, "packing")
+    check_bool(packing, "packing")
     if not packing:
         if seq_length is not None or pack_mode != "split":
             raise ValueError(

@@ -56,9 +56,8 @@ def write_jsonl(root: Path, name: str, sizes: list[int], first_id: int) -> list[
     return paths
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("streams")
+def write_splits(root: Path) -> dict[str, Any]:
+    """The train, val and test shards of these tests under ``root``, and an index cache."""
     return {
         "train_files": write_jsonl(root, "train", TRAIN_SIZES, 0),
         "val_files": write_jsonl(root, "val", VAL_SIZES, 100),
@@ -66,6 +65,11 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "index_cache": str(root / "index"),
         "root": root,
     }
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return write_splits(tmp_path_factory.mktemp("streams"))
 
 
 def make(data: dict[str, Any], **kwargs: Any) -> StreamingDataModule:

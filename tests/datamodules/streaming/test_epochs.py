@@ -10,28 +10,19 @@ import pytest
 
 from tests.datamodules.contract import quiet_trainer
 from tests.datamodules.streaming.test_datamodule import (
-    TEST_SIZES,
     TRAIN,
-    TRAIN_SIZES,
     VAL,
-    VAL_SIZES,
     batch_ids,
     loader_ids,
     make,
-    write_jsonl,
+    write_splits,
 )
 from tests.recording import RecordingModel
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("epochs")
-    return {
-        "train_files": write_jsonl(root, "train", TRAIN_SIZES, 0),
-        "val_files": write_jsonl(root, "val", VAL_SIZES, 100),
-        "test_files": write_jsonl(root, "test", TEST_SIZES, 200),
-        "index_cache": str(root / "index"),
-    }
+    return write_splits(tmp_path_factory.mktemp("epochs"))
 
 
 @pytest.mark.parametrize("workers", [0, 2])

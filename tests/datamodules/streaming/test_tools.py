@@ -12,26 +12,17 @@ import pytest
 
 from datamodules import StreamingDataModule
 from tests.datamodules.streaming.test_datamodule import (
-    TEST_SIZES,
     TRAIN,
-    TRAIN_SIZES,
-    VAL_SIZES,
     batch_ids,
     loader_ids,
-    write_jsonl,
+    write_splits,
 )
 from tests.recording import RecordingModel
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("tools")
-    return {
-        "train_files": write_jsonl(root, "train", TRAIN_SIZES, 0),
-        "val_files": write_jsonl(root, "val", VAL_SIZES, 100),
-        "test_files": write_jsonl(root, "test", TEST_SIZES, 200),
-        "index_cache": str(root / "index"),
-    }
+    return write_splits(tmp_path_factory.mktemp("tools"))
 
 
 class PlainModel(RecordingModel):
