@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -95,9 +93,6 @@ class TestFlattened:
         assert batch["cu_seqlens"].tolist() == [0, *np.cumsum(LENGTHS).tolist()]
         assert batch["max_seqlen"] == max(LENGTHS)
 
-    @pytest.mark.skipif(
-        importlib.util.find_spec("transformers") is None, reason="transformers not installed"
-    )
     def test_equals_transformers_data_collator_with_flattening(self) -> None:
         from transformers import DataCollatorWithFlattening
 
