@@ -15,7 +15,6 @@ A subclass says what its data is; the base class does the rest:
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 import weakref
@@ -51,6 +50,7 @@ from datamodules.core.splits import (
     compute_split_indices,
     split_fingerprint,
 )
+from datamodules.core.summary import summary_lines
 from datamodules.core.views import SampleBatchView, SplitView
 
 STAGE_TO_SPLIT = {"train": "train", "val": "val", "test": "test"}
@@ -453,35 +453,7 @@ class BaseDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ summary
     def summary(self) -> str:
         """Returns a readable account of the splits and the loader settings, with reasons."""
-        lines = [f"{type(self).__name__}"]
-        if self.split_indices is None:
-            lines.append("  splits: not set up yet (call setup())")
-        else:
-            rank, world = self._rank_world()
-            n_train = self.split_size("train")
-            sizes = ", ".join(f"{k}={len(v)}" for k, v in self.split_indices.items())
-            lines.append(
-                f"  splits: {sizes} (split_seed={self.split_seed}, fingerprint {self.fingerprint})"
-            )
-            per_rank = math.ceil(n_train / world)
-            sampler = self._samplers.get("train")
-            # The built sampler knows its batch count (token budgets, drop_last...).
-            batches = len(sampler) if sampler is not None else math.ceil(per_rank / self.batch_size)
-            lines.append(
-                f"  train: batch_size={self.batch_size} per process, world={world}, "
-                f"{per_rank} samples and {batches} batches per rank, "
-                f"shuffle={self.shuffle}, drop_last={self.drop_last}"
-            )
-        settings = self._settings.get("train") or self.loader_settings("train")
-        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
-            lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
-        repeats = getattr(self._samplers.get("train"), "resume_repeats", 0)
-        if repeats:
-            lines.append(f"  resume repeats: {repeats} sample(s), the rest of the epoch was small")
-        if self.tuned is not None:
-            lines.extend(self.tuned.summary_lines())
-        lines.extend(self.extra_summary())
-        return "\n".join(lines)
+        return "\n".join(summary_lines(self))
 
     def extra_summary(self) -> list[str]:
         """Subclasses add lines to :meth:`summary` here."""

@@ -442,39 +442,6 @@ class TextDataModule(TextInspection, BaseDataModule):
         labelled = [s.encoded.labels for s in self._sources if s.encoded.labels is not None]
         return max(int(t.max()) + 1 for t in labelled) if labelled else None
 
-    def extra_summary(self) -> list[str]:
-        if not self._sources:
-            return []
-        name = (
-            f"{self.tokenizer}-level vocabulary"
-            if self.vocab
-            else describe_tokenizer(self.tokenizer)
-        )
-        lengths = torch.cat([s.encoded.lengths for s in self._sources]).float()
-        lines = [
-            f"  tokenizer: {name}, vocab_size={self.vocab_size}, pad_id={self.pad_id}, "
-            f"max_length={self.max_length}",
-            f"  tokens: {int(lengths.sum())} in one flat buffer; length mean "
-            f"{float(lengths.mean()):.1f}, max {int(lengths.max())}",
-        ]
-        if self.label_names is not None:
-            lines.append(f"  labels: {len(self.label_names)} names {self.label_names[:8]}...")
-        if self.packing:
-            return lines + self.packing_summary()
-        budget = f" (max_tokens={self.max_tokens})" if self.batch_by == "tokens" else ""
-        line = (
-            f"  batches: by {self.batch_by}{budget}, bucket={self.bucket} "
-            f"(pool_batches={self.pool_batches}), eval_bucket={self.eval_bucket}"
-        )
-        sampler = self._samplers.get("train")
-        if isinstance(sampler, BucketBatchSampler):
-            line += (
-                f"; train: {len(sampler)} batches per rank, padding efficiency "
-                f"{sampler.padding_efficiency(sampler.epoch):.3f} (epoch {sampler.epoch})"
-            )
-        lines.append(line)
-        return lines
-
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """The base state plus the vocabulary and label names (plain lists)."""

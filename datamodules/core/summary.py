@@ -1,0 +1,43 @@
+"""The text of ``BaseDataModule.summary()``: the splits, the loader settings and why.
+
+Logged once on rank 0 when the first loader is built, and what ``repr(dm)`` shows. Subclasses
+add their own lines through :meth:`~datamodules.BaseDataModule.extra_summary`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def summary_lines(dm: Any) -> list[str]:
+    """The lines of ``dm.summary()`` for a :class:`~datamodules.BaseDataModule`."""
+    lines = [f"{type(dm).__name__}"]
+    if dm.split_indices is None:
+        lines.append("  splits: not set up yet (call setup())")
+    else:
+        rank, world = dm._rank_world()
+        n_train = dm.split_size("train")
+        sizes = ", ".join(f"{k}={len(v)}" for k, v in dm.split_indices.items())
+        lines.append(
+            f"  splits: {sizes} (split_seed={dm.split_seed}, fingerprint {dm.fingerprint})"
+        )
+        per_rank = math.ceil(n_train / world)
+        sampler = dm._samplers.get("train")
+        # The built sampler knows its batch count (token budgets, drop_last...).
+        batches = len(sampler) if sampler is not None else math.ceil(per_rank / dm.batch_size)
+        lines.append(
+            f"  train: batch_size={dm.batch_size} per process, world={world}, "
+            f"{per_rank} samples and {batches} batches per rank, "
+            f"shuffle={dm.shuffle}, drop_last={dm.drop_last}"
+        )
+    settings = dm._settings.get("train") or dm.loader_settings("train")
+    for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+        lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
+    repeats = getattr(dm._samplers.get("train"), "resume_repeats", 0)
+    if repeats:
+        lines.append(f"  resume repeats: {repeats} sample(s), the rest of the epoch was small")
+    if dm.tuned is not None:
+        lines.extend(dm.tuned.summary_lines())
+    lines.extend(dm.extra_summary())
+    return lines
