@@ -34,23 +34,27 @@ cloned first, because the main process cannot see the other process's references
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
 
 from datamodules.core.tensor_memory import (
-    InlineTensor,
-    dense_strides,
+    contiguous_strides,
     local_buffers,
     nbytes_of,
     tensor_on,
     use_count,
+)
+from datamodules.core.worker_slots import (
+    FALLBACK,
+    MAIN_POOLS,
+    MAPPED,
+    POOLED,
+    WorkerSlots,
 )
 
 __all__ = [
@@ -65,12 +69,7 @@ __all__ = [
 #: Tensors smaller than this (bytes) are pickled by value instead of through a slot.
 INLINE_BELOW = 128 * 1024
 
-_FREE, _FILLING, _SENT = 0, 1, 2
-# Columns of SharedBatchPool.counts, one row per worker.
-_POOLED, _FALLBACK, _MAPPED = 0, 1, 2
-
-_MAIN_POOLS: weakref.WeakValueDictionary[str, SharedBatchPool] = weakref.WeakValueDictionary()
-_worker_slots: _WorkerSlots | None = None
+_worker_slots: WorkerSlots | None = None
 
 
 class SharedBatchPool:
@@ -109,7 +108,7 @@ class SharedBatchPool:
         self._token_epochs: dict[int, int] = {}
         self._epoch = 0
         self._tickets = self.tickets.numpy()
-        _MAIN_POOLS[self.pool_id] = self
+        MAIN_POOLS[self.pool_id] = self
 
     def __getstate__(self) -> dict[str, Any]:
         # What a worker started with "spawn" or "forkserver" needs; the registry stays here.
@@ -182,173 +181,7 @@ class SharedBatchPool:
     def stats(self) -> dict[str, int]:
         """Totals over all workers so far: ``pooled`` and ``fallback`` batches, ``slots``."""
         totals = self.counts.sum(0).tolist()
-        return {"pooled": totals[_POOLED], "fallback": totals[_FALLBACK], "slots": totals[_MAPPED]}
-
-
-def _rebuild_pooled(
-    pool_id: str,
-    worker: int,
-    slot: int,
-    token: int,
-    ticket: int,
-    storage: Any,
-    dtype: torch.dtype,
-    size: tuple[int, ...],
-    stride: tuple[int, ...],
-    offset: int,
-) -> torch.Tensor:
-    pool = _MAIN_POOLS.get(pool_id)
-    if pool is None:
-        if storage is None:
-            raise RuntimeError(
-                "a batch from a DataLoader worker arrived after its loader was deleted"
-            )
-        return tensor_on(storage, dtype, size, stride, offset)
-    storage = pool.receive(worker, slot, token, ticket, storage)
-    return tensor_on(storage, dtype, size, stride, offset)
-
-
-class _PooledTensor:
-    """A worker's batch tensor in a slot, as it crosses the queue (pickles to a few ints)."""
-
-    __slots__ = ("args",)
-
-    def __init__(self, *args: Any) -> None:
-        self.args = args
-
-    def __reduce__(self):
-        return _rebuild_pooled, self.args
-
-
-class _Slot:
-    __slots__ = ("storage", "nbytes", "state", "ticket", "announced")
-
-    def __init__(self, nbytes: int) -> None:
-        self.storage = torch.UntypedStorage._new_shared(nbytes)
-        self.nbytes = nbytes
-        self.state = _FREE
-        self.ticket = -1
-        self.announced = False
-
-
-class _WorkerSlots:
-    """One worker process's slots (module-global in that process, see :class:`PoolWorkerInit`)."""
-
-    def __init__(self, pool: SharedBatchPool, worker: int) -> None:
-        self.pool = pool
-        self.worker = worker
-        self.token = int.from_bytes(os.urandom(4), "little")
-        self.sent = 0
-        self.slots: list[_Slot] = []
-        self.tickets = pool.tickets.numpy()[worker]
-        self.counts = pool.counts.numpy()[worker]
-
-    def _next_ticket(self) -> int:
-        self.sent += 1
-        return (self.token << 31) | (self.sent & 0x7FFFFFFF)
-
-    def allocate(self, nbytes: int) -> tuple[int, torch.UntypedStorage] | None:
-        """A free slot of at least ``nbytes``, now filling; None if every slot is busy."""
-        best: int | None = None
-        spare: int | None = None
-        for i, slot in enumerate(self.slots):
-            if slot.state == _SENT and self.tickets[i] == slot.ticket:
-                slot.state = _FREE
-            elif slot.state == _FILLING and use_count(slot.storage) == 1:
-                slot.state = _FREE  # filled for a batch that failed and was never sent
-            if slot.state != _FREE:
-                continue
-            if slot.nbytes >= nbytes:
-                if best is None or slot.nbytes < self.slots[best].nbytes:
-                    best = i
-            else:
-                spare = i
-        if best is None:
-            if len(self.slots) < self.pool.slots_per_worker:
-                best = len(self.slots)
-                self.slots.append(_Slot(nbytes))
-            elif spare is not None:  # too small: replace it by a larger one
-                best = spare
-                self.slots[spare] = _Slot(nbytes)
-            else:
-                return None
-        slot = self.slots[best]
-        slot.state = _FILLING
-        return best, slot.storage
-
-    def empty(self, size: Sequence[int], dtype: torch.dtype, stride: Sequence[int]) -> torch.Tensor:
-        nbytes = nbytes_of(size, dtype)
-        found = self.allocate(nbytes)
-        storage = torch.UntypedStorage._new_shared(nbytes) if found is None else found[1]
-        return tensor_on(storage, dtype, tuple(size), tuple(stride))
-
-    def export(self, value: Any) -> Any:
-        """``value`` with its tensors replaced by what crosses the queue cheapest."""
-        if type(value) is torch.Tensor:
-            return self._export_tensor(value)
-        if isinstance(value, tuple):
-            items = [self.export(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-        if isinstance(value, list):
-            return [self.export(v) for v in value]
-        if isinstance(value, Mapping):
-            exported = {k: self.export(v) for k, v in value.items()}
-            return exported if type(value) is dict else _rebuilt_mapping(value, exported)
-        return value
-
-    def _export_tensor(self, tensor: torch.Tensor) -> Any:
-        if tensor.device.type != "cpu" or tensor.requires_grad or tensor.layout != torch.strided:
-            return tensor
-        if tensor.is_quantized or tensor.is_conj() or tensor.is_neg():
-            return tensor
-        storage = tensor.untyped_storage()
-        for i, slot in enumerate(self.slots):
-            if slot.state == _FILLING and slot.storage.data_ptr() == storage.data_ptr():
-                return self._send(i, tensor, tensor.stride(), tensor.storage_offset())
-        nbytes = tensor.numel() * tensor.element_size()
-        if nbytes < self.pool.inline_below:
-            return InlineTensor(tensor)
-        if tensor.is_shared():
-            self.counts[_FALLBACK] += 1
-            return tensor  # already a segment: PyTorch sends its descriptor, no copy
-        found = self.allocate(nbytes)
-        if found is None:
-            self.counts[_FALLBACK] += 1
-            return tensor
-        index, slot_storage = found
-        stride = dense_strides(tensor)
-        tensor_on(slot_storage, tensor.dtype, tuple(tensor.shape), stride).copy_(tensor)
-        return self._send(index, tensor, stride, 0)
-
-    def _send(self, index: int, tensor: torch.Tensor, stride, offset: int) -> _PooledTensor:
-        slot = self.slots[index]
-        slot.state = _SENT
-        slot.ticket = self._next_ticket()
-        storage = None
-        if not slot.announced:
-            slot.announced = True
-            storage = slot.storage
-            self.counts[_MAPPED] += 1
-        self.counts[_POOLED] += 1
-        return _PooledTensor(
-            self.pool.pool_id,
-            self.worker,
-            index,
-            self.token,
-            slot.ticket,
-            storage,
-            tensor.dtype,
-            tuple(tensor.shape),
-            tuple(stride),
-            offset,
-        )
-
-
-def _rebuilt_mapping(original: Mapping, exported: dict) -> Any:
-    try:
-        return type(original)(exported)
-    except TypeError:
-        return exported
+        return {"pooled": totals[POOLED], "fallback": totals[FALLBACK], "slots": totals[MAPPED]}
 
 
 def empty_batch(
@@ -370,8 +203,10 @@ def empty_batch(
         channels_last: Lay it out as ``torch.channels_last`` (NHWC in memory).
     """
     size = tuple(int(s) for s in size)
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    stride = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    if channels_last:
+        stride = torch.empty(size, device="meta", memory_format=torch.channels_last).stride()
+    else:
+        stride = contiguous_strides(size)
     if _worker_slots is not None:
         return _worker_slots.empty(size, dtype, stride)
     nbytes = nbytes_of(size, dtype)
@@ -394,7 +229,7 @@ class PoolWorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         global _worker_slots
-        _worker_slots = _WorkerSlots(self.pool, worker_id)
+        _worker_slots = WorkerSlots(self.pool, worker_id)
         if self.user_init is not None:
             self.user_init(worker_id)
 

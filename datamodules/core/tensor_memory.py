@@ -12,11 +12,11 @@ The low-level half of :mod:`datamodules.core.shared_batches`:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 
@@ -85,7 +85,16 @@ NUMPY_DTYPES = frozenset(
 
 
 def nbytes_of(size: Sequence[int], dtype: torch.dtype) -> int:
-    return max(1, int(np.prod(size, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size())
+    return max(1, math.prod(size) * dtype.itemsize)
+
+
+def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a C-contiguous tensor of ``size``."""
+    strides, step = [], 1
+    for extent in reversed(size):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(strides))
 
 
 class LocalBuffers:

@@ -118,6 +118,52 @@ def test_spawned_workers_share_the_pool():
     assert 1 <= stats["slots"] <= dl.batch_pool.slots_per_worker
 
 
+class Planes:
+    """Batch ``i``: five large int64 tensors (as a packed text batch has), plane ``p`` of
+    sample ``k`` filled with ``100 * k + p``, plus a small one and an int."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, rows: torch.Tensor) -> dict[str, object]:
+        base = (rows * 100).view(-1, 1).expand(-1, 4096)  # 8 x 4096 int64 = 256 KB a plane
+        out: dict[str, object] = {f"plane{p}": base + p for p in range(5)}
+        out["rows"] = rows.clone()
+        out["count"] = len(rows)
+        return out
+
+
+def test_a_batch_of_several_large_tensors_takes_one_slot():
+    dl = loader(Planes(), persistent_workers=True)
+    for epoch in range(3):
+        dl.sampler.set_epoch(epoch)
+        rows = []
+        for batch in dl:
+            for p in range(5):
+                expected = (batch["rows"] * 100 + p).view(-1, 1).expand(-1, 4096)
+                assert torch.equal(batch[f"plane{p}"], expected)
+            assert batch["count"] == len(batch["rows"])
+            rows.extend(batch["rows"].tolist())
+        assert sorted(rows) == list(range(N))
+    stats = dl.batch_pool.stats()
+    assert stats["pooled"] == 3 * N // BATCH and stats["fallback"] == 0
+    assert stats["slots"] <= 2 * dl.batch_pool.slots_per_worker
+
+
+def test_kept_multi_tensor_batches_are_never_overwritten():
+    dl = loader(Planes(), persistent_workers=True)
+    kept = []
+    for epoch in range(3):
+        dl.sampler.set_epoch(epoch)
+        kept.extend(dl)
+    for batch in kept:
+        for p in range(5):
+            assert torch.equal(batch[f"plane{p}"][:, 0], batch["rows"] * 100 + p)
+    stats = dl.batch_pool.stats()
+    assert stats["pooled"] + stats["fallback"] // 5 == len(kept)
+    assert stats["fallback"] > 0
+
+
 class Mixed:
     """Small tensors of assorted dtypes and layouts, sent by value."""
 
