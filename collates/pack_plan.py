@@ -13,8 +13,7 @@ its pieces (CSR offsets). Two ways to pack:
   best-fit decreasing puts each document (longest first) into the row whose space left is the
   smallest that fits, or opens a new row.
 
-:func:`pad_rows_to` raises a plan's row count by splitting rows (no row is left empty), which
-gives best-fit plans the same row count every epoch.
+Both are vectorised except best-fit's placement loop (about 0.8 µs a document).
 """
 
 from __future__ import annotations
@@ -65,16 +64,6 @@ class PackPlan:
     def remap(self, documents: np.ndarray) -> PackPlan:
         """The same plan with each piece's document replaced by ``documents[doc]``."""
         return PackPlan(documents[self.doc], self.start, self.length, self.row_ptr)
-
-    def select(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pieces of ``rows``, row after row: their indices and each one's batch row."""
-        counts = self.row_ptr[rows + 1] - self.row_ptr[rows]
-        firsts = self.row_ptr[rows]
-        total = int(counts.sum())
-        batch_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-        ends = np.cumsum(counts)
-        within = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
-        return np.repeat(firsts, counts) + within, batch_row
 
 
 def _lengths(lengths: np.ndarray) -> np.ndarray:
@@ -185,34 +174,3 @@ def best_fit_plan(
     row_ptr = np.zeros(base + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=base), out=row_ptr[1:])
     return PackPlan(doc, np.zeros(len(doc), np.int64), lengths[doc], row_ptr)
-
-
-def pad_rows_to(plan: PackPlan, rows: int) -> PackPlan:
-    """Raises the plan's row count to ``rows`` by splitting rows with several pieces.
-
-    The rows with the most pieces are split in two (their first half of pieces stays, the
-    second half becomes a new row right after it); a row of one piece never is. When no row
-    has two pieces left to split, empty rows are added at the end.
-    """
-    extra = rows - plan.num_rows
-    if extra < 0:
-        raise ValueError(f"cannot shrink a plan of {plan.num_rows} rows to {rows}.")
-    if extra == 0:
-        return plan
-    counts = np.diff(plan.row_ptr)
-    candidates = np.argsort(-counts, kind="stable")[:extra]
-    candidates = np.sort(candidates[counts[candidates] > 1])
-    cuts = plan.row_ptr[candidates] + counts[candidates] // 2
-    bounds = np.sort(np.concatenate([plan.row_ptr, cuts]))
-    empty = extra - len(candidates)
-    row_ptr = np.concatenate([bounds, np.full(empty, bounds[-1], dtype=np.int64)])
-    return PackPlan(plan.doc, plan.start, plan.length, row_ptr)
-
-
-def row_order(plan: PackPlan, order: np.ndarray) -> PackPlan:
-    """The plan with its rows in ``order`` (a permutation of the row indices)."""
-    pieces, _ = plan.select(order)
-    counts = np.diff(plan.row_ptr)[order]
-    row_ptr = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_ptr[1:])
-    return PackPlan(plan.doc[pieces], plan.start[pieces], plan.length[pieces], row_ptr)

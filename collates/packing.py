@@ -18,9 +18,10 @@ the offsets cover all ``R * L`` tokens. Labels are not shifted (the model shifts
 Face's causal-LM convention does); the -100 at every piece's first token means no token is
 predicted from another sequence.
 
-A plan (:mod:`collates.pack_plan`) becomes a segment table once (:func:`segment_table`);
-a batch of its rows is then one vectorised gather (:func:`batch_from_segments`).
-``TextDataModule``'s packing builds its batches with the same two functions. This module
+A plan (:mod:`collates.pack_plan`) is laid out once as a row table
+(:class:`collates.pack_rows.RowTable`); a batch of its rows is then one vectorised gather
+(:func:`collates.pack_rows.gather_rows`). ``TextDataModule``'s packing builds its batches
+the same way. This module
 imports nothing from ``datamodules``.
 """
 
@@ -33,140 +34,11 @@ import numpy as np
 import torch
 
 from collates.pack_plan import PackPlan, best_fit_plan, split_plan
+from collates.pack_rows import IGNORE_INDEX, RowTable, gather_rows
+
+__all__ = ["IGNORE_INDEX", "PACK_MODES", "PackCollate", "check_pack_options", "pack_collate"]
 
 PACK_MODES = ("split", "whole")
-IGNORE_INDEX = -100
-
-
-_ARANGES: dict[int, np.ndarray] = {}
-
-
-def _arange(n: int) -> np.ndarray:
-    """A read-only ``np.arange(n)`` (int64), made once per size."""
-    out = _ARANGES.get(n)
-    if out is None:
-        if len(_ARANGES) > 64:
-            _ARANGES.clear()
-        out = _ARANGES[n] = np.arange(n, dtype=np.int64)
-        out.flags.writeable = False
-    return out
-
-
-def segment_table(
-    plan: PackPlan,
-    offsets: np.ndarray,
-    width: int,
-    document_ids: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """A plan as segments: each row's pieces, then its padding run (if any), row after row.
-
-    Built once per plan, so that a batch of rows is one gather of this table plus a few
-    passes over its tokens (:func:`batch_from_segments`).
-
-    Args:
-        plan: The pack plan (its ``doc`` are positions into ``offsets``).
-        offsets: Per document of the plan, the index of its first token in the flat buffer.
-        width: Tokens per row.
-        document_ids: Per document of the plan, the id written to ``document_ids`` (default:
-            the plan's own document positions).
-
-    Returns:
-        ``(table, seg_ptr)``: int64 ``(S, 4)`` rows ``[source, document, position, length]``
-        (padding: document -1, source 0), and the CSR offsets of each row's segments.
-
-    Raises:
-        ValueError: If a row of the plan holds more than ``width`` tokens.
-    """
-    rows = plan.num_rows
-    counts = np.diff(plan.row_ptr)
-    row_of_piece = np.repeat(np.arange(rows, dtype=np.int64), counts)
-    row_tokens = np.bincount(row_of_piece, weights=plan.length, minlength=rows).astype(np.int64)
-    if rows and int(row_tokens.max()) > width:
-        raise ValueError(f"a row holds {int(row_tokens.max())} tokens, more than {width}.")
-    padding = width - row_tokens
-    has_pad = padding > 0
-    pads_before = np.cumsum(has_pad) - has_pad
-    table = np.empty((len(plan.doc) + int(has_pad.sum()), 4), dtype=np.int64)
-    at = np.arange(len(plan.doc), dtype=np.int64) + pads_before[row_of_piece]
-    table[at, 0] = offsets[plan.doc] + plan.start
-    table[at, 1] = plan.doc if document_ids is None else document_ids[plan.doc]
-    table[at, 2] = plan.start
-    table[at, 3] = plan.length
-    pad_at = (plan.row_ptr[1:] + pads_before)[has_pad]
-    table[pad_at, :3] = (0, -1, 0)
-    table[pad_at, 3] = padding[has_pad]
-    seg_ptr = plan.row_ptr.copy()
-    seg_ptr[1:] += np.cumsum(has_pad)
-    return table, seg_ptr
-
-
-def batch_from_segments(
-    tokens: np.ndarray,
-    table: np.ndarray,
-    seg_ptr: np.ndarray,
-    rows: np.ndarray,
-    width: int,
-    pad_id: int = 0,
-) -> dict[str, Any]:
-    """The packed batch of some rows, read from the flat token buffer in one vectorised pass.
-
-    Args:
-        tokens: The flat token buffer.
-        table: The segment table of :func:`segment_table`.
-        seg_ptr: Its row offsets.
-        rows: The rows that make the batch, in batch order.
-        width: Tokens per row.
-        pad_id: Id written at padding.
-
-    Returns:
-        The batch dict described in the module docstring.
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    # Array methods (take, repeat, cumsum) rather than fancy indexing and np.* functions:
-    # this runs once per batch, and their dispatch costs about as much as their work on a
-    # few thousand tokens.
-    lo = seg_ptr.take(rows)
-    counts = seg_ptr.take(rows + 1) - lo
-    n = int(counts.sum())
-    index = (lo - counts.cumsum() + counts).repeat(counts) + _arange(n)
-    seg = table.take(index, axis=0).T.copy()  # (4, n): each field contiguous
-    source, document, position, length = seg
-    ends = length.cumsum()
-    starts = ends - length
-    size = len(rows) * width
-    # Token t of segment j sits at starts[j] + k and reads source[j] + k: one repeat of
-    # (source - starts) plus t itself, with no per-token index of the segment.
-    slots = _arange(size)
-    if len(tokens):
-        ids = tokens.take((source - starts).repeat(length) + slots, mode="clip")
-        ids = ids.astype(np.int64)
-    else:
-        ids = np.full(size, pad_id, dtype=np.int64)
-    documents = document.repeat(length)
-    positions = (position - starts).repeat(length) + slots
-    real_segment = document >= 0
-    if n == 0 or real_segment.all():
-        mask = np.empty(size, dtype=np.int64)
-        mask.fill(1)
-        labels = ids.copy()
-    else:
-        padding = documents < 0
-        ids[padding] = pad_id
-        mask = (~padding).astype(np.int64)
-        labels = np.where(padding, IGNORE_INDEX, ids)
-    labels[starts[real_segment]] = IGNORE_INDEX
-    cu_seqlens = np.zeros(n + 1, dtype=np.int32)
-    cu_seqlens[1:] = ends
-    shape = (len(rows), width)
-    return {
-        "input_ids": torch.from_numpy(ids.reshape(shape)),
-        "position_ids": torch.from_numpy(positions.reshape(shape)),
-        "document_ids": torch.from_numpy(documents.reshape(shape)),
-        "labels": torch.from_numpy(labels.reshape(shape)),
-        "attention_mask": torch.from_numpy(mask.reshape(shape)),
-        "cu_seqlens": torch.from_numpy(cu_seqlens),
-        "max_seqlen": int(np.maximum.reduce(length)) if n else 0,
-    }
 
 
 def _as_ids(sample: Any, index: int, key: str) -> np.ndarray:
@@ -254,9 +126,8 @@ def pack_collate(
         plan, width = best_fit_plan(lengths, seq_length, pool=None), seq_length
     if plan.num_rows == 0:  # only empty samples: one row of padding
         plan = PackPlan(plan.doc, plan.start, plan.length, np.zeros(2, np.int64))
-    table, seg_ptr = segment_table(plan, offsets, width)
-    rows = np.arange(plan.num_rows, dtype=np.int64)
-    return batch_from_segments(tokens, table, seg_ptr, rows, width, pad_id)
+    table = RowTable.from_plan(plan, offsets, width)
+    return gather_rows(tokens, table, list(range(plan.num_rows)), pad_id)
 
 
 def check_pack_options(seq_length: Any, pack_mode: Any, pad_id: Any) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from collates import PackCollate, pack_collate
-from collates.pack_plan import best_fit_plan, pad_rows_to, row_order, split_plan
+from collates.pack_plan import best_fit_plan, split_plan
 from tests.collates.packed_checks import assert_packed_invariants
 
 
@@ -175,17 +175,3 @@ class TestPlans:
         lengths = rng.integers(1, 60, 500)
         counts = {best_fit_plan(rng.permutation(lengths), 64, pool=None).num_rows for _ in range(4)}
         assert len(counts) == 1
-
-    def test_pad_rows_to_splits_rows_and_keeps_every_piece(self) -> None:
-        plan = best_fit_plan(np.array(LENGTHS), 16)
-        padded = pad_rows_to(plan, plan.num_rows + 3)
-        assert padded.num_rows == plan.num_rows + 3
-        assert np.all(np.diff(padded.row_ptr) >= 1)
-        assert sorted(padded.doc.tolist()) == sorted(plan.doc.tolist())
-        moved = row_order(padded, np.arange(padded.num_rows)[::-1])
-        assert (
-            moved.doc.tolist()[: np.diff(padded.row_ptr)[-1]]
-            == padded.doc.tolist()[padded.row_ptr[-2] :]
-        )
-        with pytest.raises(ValueError, match="cannot shrink"):
-            pad_rows_to(plan, plan.num_rows - 1)

@@ -177,19 +177,22 @@ class TestWholeMode:
         summary = dm.summary()
         assert "0 split documents" in summary and "rows of 24 per epoch" in summary
 
-    def test_an_epoch_needing_more_rows_packs_in_one_pool(self) -> None:
+    def test_each_epoch_deals_equal_length_documents_to_one_best_fit_plan(self) -> None:
         dm = make(pack_mode="whole", seq_length=24)
         dm.setup("fit")
-        lengths = dm.planner("train").lengths
-        planner = PackPlanner(lengths, 24, "whole", shuffle=True, seed=3, pool=8)
-        one_pool = best_fit_plan(lengths, 24, pool=None).num_rows
-        assert planner.num_rows > one_pool  # pools of 8 documents fill rows worse
-        planner.num_rows = one_pool  # so every epoch's pooled plan needs more rows
+        planner = dm.planner("train")
+        lengths = planner.lengths
+        one_pass = best_fit_plan(lengths, 24, pool=None)
+        assert planner.num_rows == one_pass.num_rows
         plans = [planner.plan(epoch) for epoch in range(3)]
         for plan in plans:
-            assert plan.num_rows == one_pool
+            assert plan.row_ptr.tolist() == one_pass.row_ptr.tolist()
+            assert plan.length.tolist() == one_pass.length.tolist()
+            assert lengths[plan.doc].tolist() == plan.length.tolist(), "each place, its length"
             assert sorted(plan.doc.tolist()) == [d for d, n in enumerate(lengths) if n]
-        assert plans[0].doc.tolist() != plans[1].doc.tolist()
+        assert plans[0].doc.tolist() != plans[1].doc.tolist() != plans[2].doc.tolist()
+        again = PackPlanner(lengths, 24, "whole", shuffle=True, seed=planner.seed)
+        assert again.plan(1).doc.tolist() == plans[1].doc.tolist(), "from the seed alone"
 
     def test_pack_collate_equals_the_eval_packing(self) -> None:
         dm = make(pack_mode="whole", seq_length=24, batch_size=1000)
