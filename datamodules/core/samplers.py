@@ -113,6 +113,9 @@ class IndexBatchSampler(DistributedSampler):
         rank: Global rank; defaults to the initialised process group's, else 0.
     """
 
+    #: Whether a checkpoint of packed rows (a state with ``"packing"``) is this sampler's.
+    resumes_packed_rows = False
+
     def __init__(
         self,
         num_samples: int,
@@ -354,6 +357,15 @@ class IndexBatchSampler(DistributedSampler):
             ValueError: If the saved sampler differs in a way that changes the batches
                 (dataset length, batch size, world size, seed, shuffle or drop_last).
         """
+        if "packing" in state and not self.resumes_packed_rows:
+            packing = state["packing"]
+            raise ValueError(
+                "cannot resume the batch order: the checkpoint was saved with packing=True "
+                f"(seq_length={packing.get('seq_length')!r}, "
+                f"pack_mode={packing.get('pack_mode')!r}: its positions count packed rows), "
+                "and this run batches samples; resume with the same packing=True, seq_length "
+                "and pack_mode."
+            )
         mine = self.state_dict()
         for key in ("num_samples", "seed", "shuffle", "drop_last"):
             if key in state and state[key] != mine[key]:

@@ -255,6 +255,8 @@ class PackedRowSampler(IndexBatchSampler):
             rank=rank,
         )
 
+    resumes_packed_rows = True
+
     def permutation(self, epoch: int) -> torch.Tensor:
         """The epoch's row ids: the plan's rows shuffled from ``seed + epoch`` (when shuffling),
         each carrying its epoch (``epoch * rows + row``)."""

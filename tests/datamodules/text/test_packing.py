@@ -266,6 +266,18 @@ class TestArguments:
             with pytest.raises(ValueError, match=match):
                 other.train_dataloader()
 
+    @pytest.mark.parametrize("bucket", [True, False])
+    def test_a_packed_checkpoint_is_refused_by_sample_batches(self, bucket: bool) -> None:
+        dm = make()
+        iterator = iter(dm.train_dataloader())
+        next(iterator)
+        state = dm.state_dict()
+        other = TextDataModule(make_texts(), val_split=0.2, batch_size=3, bucket=bucket)
+        other.setup("fit")
+        other.load_state_dict(state)
+        with pytest.raises(ValueError, match=r"saved with packing=True \(seq_length=16, "):
+            other.train_dataloader()
+
 
 class TestInspect:
     def test_summary_describe_and_picture(self, tmp_path: Path) -> None:
