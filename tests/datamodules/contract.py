@@ -63,6 +63,50 @@ def quiet_trainer(**kwargs: Any) -> pl.Trainer:
     return pl.Trainer(**defaults)
 
 
+def assert_resume_mid_epoch_is_exact(
+    make: Callable[[], BaseDataModule],
+    batch_ids: Callable[[Any], list[int]],
+    tmp_path: Path,
+    steps: Callable[[int], tuple[int, ...]] = lambda per_epoch: (2, per_epoch + 1),
+    check_checkpoint: Callable[[Path, int, int], None] | None = None,
+) -> list[list[Any]]:
+    """Trains two epochs saving every step, then resumes from the checkpoints at ``steps``
+    (of the batches per epoch; each must be mid-epoch) and asserts that the resumed run's
+    batches are exactly the rest of the uninterrupted run's.
+
+    Args:
+        make: Builds a fresh DataModule (the same arguments every call).
+        batch_ids: The ids of one batch, as :class:`tests.recording.RecordingModel` records.
+        tmp_path: Where the checkpoints go.
+        steps: The global steps to resume at, from the batches per epoch.
+        check_checkpoint: Called with each checkpoint's path, its epoch and the batches done.
+
+    Returns:
+        The uninterrupted run's batch ids, epoch by epoch.
+    """
+    full = RecordingModel(batch_ids)
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
+    )
+    quiet_trainer(max_epochs=2, enable_checkpointing=True, callbacks=[checkpoint]).fit(
+        full, datamodule=make()
+    )
+    reference = full.train_epochs()
+    per_epoch = len(reference[0])
+    for step in steps(per_epoch):
+        epoch, done = divmod(step, per_epoch)
+        assert epoch < 2 and done > 0, f"step {step} is not mid-epoch ({per_epoch} per epoch)"
+        path = tmp_path / f"epoch={epoch}-step={step}.ckpt"
+        if check_checkpoint is not None:
+            check_checkpoint(path, epoch, done)
+        resumed = RecordingModel(batch_ids)
+        quiet_trainer(max_epochs=2).fit(resumed, datamodule=make(), ckpt_path=path)
+        got = resumed.train_epochs()
+        assert got[0] == reference[epoch][done:], f"resume at step {step}"
+        assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
+    return reference
+
+
 def ids_of_loader(loader: Any, batch_ids: Callable[[Any], list[int]]) -> list[int]:
     """All ids a loader yields in one pass, in order."""
     return [i for batch in loader for i in batch_ids(batch)]
@@ -309,25 +353,8 @@ class DataModuleContract:
         def make() -> BaseDataModule:
             return case.make(val_split=0.2, batch_size=batch_size, num_workers=workers)
 
-        full = RecordingModel(case.batch_ids)
-        checkpoint = ModelCheckpoint(
-            dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
-        )
-        quiet_trainer(max_epochs=2, enable_checkpointing=True, callbacks=[checkpoint]).fit(
-            full, datamodule=make()
-        )
-        reference = full.train_epochs()
-        per_epoch = len(reference[0])
-        assert per_epoch >= 3
-        for step in (2, per_epoch + 1):  # mid first epoch, mid second epoch
-            epoch, done = divmod(step, per_epoch)
-            resumed = RecordingModel(case.batch_ids)
-            quiet_trainer(max_epochs=2).fit(
-                resumed, datamodule=make(), ckpt_path=tmp_path / f"epoch={epoch}-step={step}.ckpt"
-            )
-            got = resumed.train_epochs()
-            assert got[0] == reference[epoch][done:], f"resume at step {step}"
-            assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
+        reference = assert_resume_mid_epoch_is_exact(make, case.batch_ids, tmp_path)
+        assert len(reference[0]) >= 3
 
     def test_resume_with_another_batch_size_keeps_the_trainer_length_right(
         self, case: ContractCase, tmp_path: Path

@@ -25,11 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules import StreamingDataModule
-from tests.datamodules.contract import quiet_trainer
+from tests.datamodules.contract import assert_resume_mid_epoch_is_exact, quiet_trainer
 from tests.recording import RecordingModel
 
 TRAIN_SIZES = [11, 1, 17, 0, 8]  # 37 records: uneven shards, one empty, odd total
@@ -228,29 +227,22 @@ def test_resume_mid_epoch_is_exact(data, tmp_path, workers):
     def make_dm(**kwargs: Any) -> StreamingDataModule:
         return make(data, num_workers=workers, **kwargs)
 
-    full = RecordingModel(batch_ids)
-    checkpoint = ModelCheckpoint(
-        dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
-    )
-    quiet_trainer(max_epochs=2, enable_checkpointing=True, callbacks=[checkpoint]).fit(
-        full, datamodule=make_dm()
-    )
-    reference = full.train_epochs()
-    per_epoch = len(reference[0])
-    assert per_epoch == 10
-    for step in (3, per_epoch + 2):  # mid first epoch, mid second epoch
-        epoch, done = divmod(step, per_epoch)
-        path = tmp_path / f"epoch={epoch}-step={step}.ckpt"
+    def check_checkpoint(path: Path, epoch: int, done: int) -> None:
         saved = torch.load(path, weights_only=False)
         dm_state = saved["StreamingDataModule"]["train_stream"]
         loader_state = saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
         assert dm_state == loader_state  # both paths agree
         assert (dm_state["epoch"], dm_state["batches"]) == (epoch, done)
-        resumed = RecordingModel(batch_ids)
-        quiet_trainer(max_epochs=2).fit(resumed, datamodule=make_dm(), ckpt_path=path)
-        got = resumed.train_epochs()
-        assert got[0] == reference[epoch][done:], f"resume at step {step}"
-        assert got[1:] == reference[epoch + 1 :], f"epochs after resuming at step {step}"
+
+    reference = assert_resume_mid_epoch_is_exact(
+        make_dm,
+        batch_ids,
+        tmp_path,
+        steps=lambda per_epoch: (3, per_epoch + 2),  # mid first epoch, mid second epoch
+        check_checkpoint=check_checkpoint,
+    )
+    per_epoch = len(reference[0])
+    assert per_epoch == 10
     if workers:  # another worker count and batch size: the rest of the epoch, re-split
         other = make(data, num_workers=0, batch_size=3)
         resumed = RecordingModel(batch_ids)

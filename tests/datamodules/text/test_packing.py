@@ -9,14 +9,18 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from collates import pack_collate
 from collates.pack_plan import best_fit_plan
 from datamodules import TextDataModule
 from datamodules.text.packing import PackedRowSampler, PackPlanner
 from tests.collates.packed_checks import assert_packed_invariants
-from tests.datamodules.contract import ContractCase, quiet_trainer, run_ddp
+from tests.datamodules.contract import (
+    ContractCase,
+    assert_resume_mid_epoch_is_exact,
+    quiet_trainer,
+    run_ddp,
+)
 from tests.recording import RecordingModel
 
 N = 60
@@ -301,25 +305,8 @@ class TestTrainer:
         def fresh() -> TextDataModule:
             return make(num_workers=workers, pack_mode=mode, seq_length=24)
 
-        full = RecordingModel(token_ids)
-        checkpoint = ModelCheckpoint(
-            dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
-        )
-        quiet_trainer(max_epochs=2, enable_checkpointing=True, callbacks=[checkpoint]).fit(
-            full, datamodule=fresh()
-        )
-        reference = full.train_epochs()
-        per_epoch = len(reference[0])
-        assert per_epoch >= 4 and reference[0] != reference[1]
-        for step in (2, per_epoch + 1):
-            epoch, done = divmod(step, per_epoch)
-            resumed = RecordingModel(token_ids)
-            quiet_trainer(max_epochs=2).fit(
-                resumed, datamodule=fresh(), ckpt_path=tmp_path / f"epoch={epoch}-step={step}.ckpt"
-            )
-            got = resumed.train_epochs()
-            assert got[0] == reference[epoch][done:], f"resume at step {step}"
-            assert got[1:] == reference[epoch + 1 :]
+        reference = assert_resume_mid_epoch_is_exact(fresh, token_ids, tmp_path)
+        assert len(reference[0]) >= 4 and reference[0] != reference[1]
 
     def test_overfit_batches_repeats_the_first_batches(self) -> None:
         model = RecordingModel(token_ids)
