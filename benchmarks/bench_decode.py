@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
 import platform
@@ -46,6 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collates.images import stack_uint8_images  # noqa: E402
 from datamodules.images.decoding import decode_image  # noqa: E402
 from datamodules.images.index import scan_image_folder  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 METHODS = ("decode_image", "decode_image_cl", "torchcodec", "pil", "tv_io")
 _deprecations = 0

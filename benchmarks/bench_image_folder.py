@@ -21,6 +21,7 @@ median images/s over the repeats, all measured in one run:
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,9 @@ from datamodules import ImageFolderDataModule  # noqa: E402
 from datamodules.core.loaders import ResumableDataLoader  # noqa: E402
 from datamodules.images.decoding import decode_image  # noqa: E402
 from datamodules.images.index import scan_image_folder  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 
 class DecodeOnly(Dataset):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import platform
 import statistics
@@ -52,6 +53,9 @@ from collates import PackCollate  # noqa: E402
 from datamodules import TextDataModule  # noqa: E402
 from datamodules.core.buckets import BucketBatchSampler  # noqa: E402
 from datamodules.text.packing import PackPlanner  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 ROWS, SEQ = 8, 512
 BUDGET = ROWS * SEQ

@@ -13,6 +13,7 @@ Run: ``python benchmarks/bench_pad_collate.py [--batches 300] [--repeats 7]``.
 from __future__ import annotations
 
 import argparse
+import logging
 import platform
 import statistics
 import sys
@@ -28,6 +29,9 @@ from torch.nn.utils.rnn import pad_sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collates import PadCollate  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 BATCH = 32
 

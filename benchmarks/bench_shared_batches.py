@@ -23,6 +23,7 @@ value; PyTorch gives each tensor its own shared-memory segment and socket round 
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import time
@@ -35,6 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules.core.loaders import ResumableDataLoader  # noqa: E402
 from datamodules.core.samplers import IndexBatchSampler  # noqa: E402
 from datamodules.core.shared_batches import empty_batch  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 SHAPE = (64, 3, 224, 224)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
 import platform
@@ -43,6 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collates.records import collate_records  # noqa: E402
 from datamodules import StreamingDataModule  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 
 def pad_tokens(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

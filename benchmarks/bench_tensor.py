@@ -16,6 +16,7 @@ the ratios are against the baselines measured in the same run:
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +25,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from datamodules import TensorDataModule
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 
 def epoch_rate(make_epoch: Callable[[], Iterable], n: int) -> float:

@@ -22,6 +22,7 @@ Run: ``python benchmarks/bench_text.py [--samples 50000] [--repeats 5]``.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import statistics
@@ -40,6 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collates import PadCollate  # noqa: E402
 from datamodules import TextDataModule  # noqa: E402
 from datamodules.core.buckets import BucketBatchSampler  # noqa: E402
+
+# Benchmarks print figures, not the DataModules' summaries (logged at INFO).
+logging.getLogger("datamodules").setLevel(logging.WARNING)
 
 BATCH = 32
 

@@ -15,6 +15,7 @@ A subclass says what its data is; the base class does the rest:
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 import weakref
@@ -43,6 +44,7 @@ from datamodules.core.hardware import (
     resolve_loader_settings,
 )
 from datamodules.core.hooks import tool
+from datamodules.core.hparams import given_arguments, make_hparams_plain
 from datamodules.core.loaders import ResumableDataLoader
 from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
 from datamodules.core.splits import (
@@ -88,7 +90,8 @@ class BaseDataModule(pl.LightningDataModule):
     """
 
     work: ClassVar[str] = "memory"
-    #: Constructor arguments that are data or callables, kept out of ``hparams``.
+    #: Constructor arguments that are data or callables, kept out of ``hparams`` (a string
+    #: given for one of them is saved); see :mod:`datamodules.core.hparams`.
     hparams_ignore: ClassVar[tuple[str, ...]] = ("train_transforms", "eval_transforms", "splits")
 
     def __init__(
@@ -131,6 +134,10 @@ class BaseDataModule(pl.LightningDataModule):
             reuse_batch_memory=reuse_batch_memory,
         )
         self.save_hyperparameters(ignore=list(self.hparams_ignore))
+        given = given_arguments(inspect.currentframe(), self, self.hparams_ignore)
+        #: Arguments that are not in checkpoints (data, callables, objects), with the reason:
+        #: give them again to ``load_from_checkpoint(path, name=value)``.
+        self.unsaved_arguments: dict[str, str] = make_hparams_plain(self, given)
         self.batch_size = int(batch_size)
         self.val_split = val_split
         self.test_split = test_split

@@ -115,6 +115,8 @@ class IndexBatchSampler(DistributedSampler):
 
     #: Whether a checkpoint of packed rows (a state with ``"packing"``) is this sampler's.
     resumes_packed_rows = False
+    #: What the sampler deals out, as ``summary()`` names it.
+    unit = "samples"
 
     def __init__(
         self,

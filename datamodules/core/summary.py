@@ -17,18 +17,17 @@ def summary_lines(dm: Any) -> list[str]:
         lines.append("  splits: not set up yet (call setup())")
     else:
         rank, world = dm._rank_world()
-        n_train = dm.split_size("train")
         sizes = ", ".join(f"{k}={len(v)}" for k, v in dm.split_indices.items())
         lines.append(
             f"  splits: {sizes} (split_seed={dm.split_seed}, fingerprint {dm.fingerprint})"
         )
-        per_rank = math.ceil(n_train / world)
         sampler = dm._samplers.get("train")
-        # The built sampler knows its batch count (token budgets, drop_last...).
-        batches = len(sampler) if sampler is not None else math.ceil(per_rank / dm.batch_size)
+        if sampler is None:  # the sampler knows its units and batch count (rows, budgets...)
+            sampler = dm.make_sampler("train", dm.view("train"), rank, world)
+        per_rank = math.ceil(sampler.dataset_size / world)
         lines.append(
             f"  train: batch_size={dm.batch_size} per process, world={world}, "
-            f"{per_rank} samples and {batches} batches per rank, "
+            f"{per_rank} {sampler.unit} and {len(sampler)} batches per rank, "
             f"shuffle={dm.shuffle}, drop_last={dm.drop_last}"
         )
     settings = dm._settings.get("train") or dm.loader_settings("train")
@@ -40,4 +39,17 @@ def summary_lines(dm: Any) -> list[str]:
     if dm.tuned is not None:
         lines.extend(dm.tuned.summary_lines())
     lines.extend(dm.extra_summary())
+    lines.extend(unsaved_lines(dm))
     return lines
+
+
+def unsaved_lines(dm: Any) -> list[str]:
+    """The summary line naming the arguments that checkpoints do not hold (none: no line)."""
+    unsaved = getattr(dm, "unsaved_arguments", None)
+    if not unsaved:
+        return []
+    listed = ", ".join(f"{name} ({why})" for name, why in unsaved.items())
+    return [
+        f"  not saved in checkpoints: {listed}; give them again to "
+        f"{type(dm).__name__}.load_from_checkpoint(path, ...)"
+    ]

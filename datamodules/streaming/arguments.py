@@ -16,11 +16,17 @@ from datamodules.streaming.retrying import RemoteOptions
 
 def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
     """A ``*_files`` argument as a list of strings, or a checked list of Sources (None stays
-    None)."""
+    None). A source may also be given as the dict ``Source.to_plain()`` makes."""
     if value is None:
         return None
-    if isinstance(value, Source):
+    if isinstance(value, (Source, Mapping)):
         value = [value]
+    if isinstance(value, Sequence) and value and any(isinstance(v, Mapping) for v in value):
+        # Sources as plain dicts: how checkpoints (and configs) hold them.
+        value = [
+            Source.from_plain(v, f"{name}[{i}]") if isinstance(v, Mapping) else v
+            for i, v in enumerate(value)
+        ]
     if isinstance(value, Sequence) and value and any(isinstance(v, Source) for v in value):
         if not all(isinstance(v, Source) for v in value):
             raise TypeError(f"{name}: give a list of Sources or of paths, not both: {value!r}.")

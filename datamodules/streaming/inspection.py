@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from datamodules.core.summary import unsaved_lines
 from datamodules.streaming.remote import is_remote
 from datamodules.streaming.splits import SPLITS
 
@@ -140,6 +141,7 @@ class StreamInspection:
                 f"{repeats} record(s) repeated to keep ranks even"
             )
         lines.extend(self.extra_summary())
+        lines.extend(unsaved_lines(self))
         return "\n".join(lines)
 
     def _source_lines(self, split: str) -> list[str]:

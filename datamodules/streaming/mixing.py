@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,20 @@ class Source:
     name: str | None = None
 
     def __post_init__(self) -> None:
+        files = self.files
+        single = isinstance(files, (str, os.PathLike))
+        many = isinstance(files, Sequence) and not isinstance(files, (str, bytes))
+        if not single and not (
+            many and files and all(isinstance(f, (str, os.PathLike)) for f in files)
+        ):
+            raise TypeError(
+                f"Source files={files!r} is not accepted: use a path or URL, a glob, a "
+                "directory, or a non-empty list of them."
+            )
+        # Paths as strings: a Source equals its rebuilt self (see to_plain).
+        object.__setattr__(
+            self, "files", os.fspath(files) if single else [os.fspath(f) for f in files]
+        )
         for key in ("weight", "repeat"):
             value = getattr(self, key)
             ok = value is None or (
@@ -68,6 +82,29 @@ class Source:
             )
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ValueError(f"Source name={self.name!r} is not accepted: use a non-empty string.")
+
+    def to_plain(self) -> dict[str, Any]:
+        """This source as plain data (how checkpoints keep it); ``Source(**d)`` rebuilds it,
+        and a ``*_files`` list accepts such dicts in place of Sources."""
+        return {"files": self.files, "weight": self.weight, "repeat": self.repeat,
+                "name": self.name}  # fmt: skip
+
+    @classmethod
+    def from_plain(cls, value: Mapping[str, Any], where: str) -> Source:
+        """Rebuilds a Source from :meth:`to_plain`'s dict (or one written in a config).
+
+        Raises:
+            ValueError: A key other than ``files``, ``weight``, ``repeat`` and ``name``, or
+                no ``files``, naming ``where``.
+        """
+        unknown = sorted(set(value) - {"files", "weight", "repeat", "name"})
+        if unknown or "files" not in value:
+            problem = f"unknown keys {unknown}" if unknown else "no 'files' key"
+            raise ValueError(
+                f"{where}: {dict(value)!r} has {problem}: a source given as a dict has the keys "
+                "'files' and optionally 'weight', 'repeat' and 'name'."
+            )
+        return cls(**value)
 
     @property
     def label(self) -> str:

@@ -256,6 +256,7 @@ class PackedRowSampler(IndexBatchSampler):
         )
 
     resumes_packed_rows = True
+    unit = "rows"
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The epoch's row ids: the plan's rows shuffled from ``seed + epoch`` (when shuffling),

@@ -119,7 +119,7 @@ def test_nested_resumes_deliver_each_sample_once(
             iterator = iter(rank)
             for _ in range(take):
                 seen += next(iterator).tolist()
-        if done + take == length:  # this run finished the epoch: its repeats were delivered
+        if take and done + take == length:  # this run finished the epoch: its repeats
             fresh = state is None or not ranks[0]._segments
             repeats += sum(r.num_padded for r in ranks) if fresh else ranks[0].resume_repeats
         state = ranks[0].state_dict(consumed_batches=done + take)

@@ -1,0 +1,319 @@
+"""Checkpoints hold plain data: every DataModule, built with its richest arguments, saves a
+checkpoint through the real Trainer that a process which never imports this library loads with
+``torch.load(weights_only=True)``; ``load_from_checkpoint`` rebuilds an equal module that
+resumes where the checkpoint stopped, and ``Trainer.fit(ckpt_path=...)`` resumes exactly.
+
+A mixed-source stream (weighted Sources) resumes exactly with 1 and 2 workers, each source
+keeping its quota over the two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from datamodules import (
+    BaseDataModule,
+    ImageFolderDataModule,
+    Source,
+    StreamingDataModule,
+    TensorDataModule,
+    TextDataModule,
+)
+from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+#: Run in a fresh interpreter: loads a checkpoint as a user who never imports this library
+#: would, checks that the parts this library writes are plain data, and prints them as JSON.
+READER = r"""
+import json, sys, torch
+ckpt = torch.load(sys.argv[1], weights_only=True, map_location="cpu")
+ours = [m for m in sys.modules if m.split(".")[0] in ("datamodules", "collates", "tests")]
+assert not ours, ours
+def check(value, where):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert isinstance(key, str), (where, key)
+            check(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check(item, f"{where}[{i}]")
+    else:
+        assert type(value) in (str, int, float, bool, type(None)), (where, type(value))
+parts = {
+    "hparams": ckpt["datamodule_hyper_parameters"],
+    "state": ckpt[sys.argv[2]],
+    "loader": ckpt["loops"]["fit_loop"]["state_dict"].get("combined_loader"),
+}
+for name, part in parts.items():
+    check(part, name)
+print(json.dumps(parts))
+"""
+
+
+def read_without_the_library(path: Path, qualname: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-c", READER, str(path), qualname],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+@dataclass
+class RichCase:
+    """A DataModule built with many kinds of argument, and how to read its batches."""
+
+    make: Callable[[], BaseDataModule]
+    batch_ids: Callable[[Any], list[int]]
+    unsaved: set[str]
+    #: What load_from_checkpoint needs again (the arguments that are not saved).
+    again: Callable[[], dict[str, Any]] = dict
+    extra_checks: list[Callable[[BaseDataModule, dict[str, Any]], None]] = field(
+        default_factory=list
+    )
+
+
+def first_column(batch: Any) -> list[int]:
+    x = batch["x"] if isinstance(batch, dict) else batch[0]
+    return x[:, 0].long().tolist()
+
+
+def tensor_case(tmp_path: Path) -> RichCase:
+    ids = torch.arange(40)
+    torch.save({"x": torch.stack([ids.float(), -ids.float()], 1), "y": ids % 4}, tmp_path / "d.pt")
+    return RichCase(
+        make=lambda: TensorDataModule(
+            path=tmp_path / "d.pt",
+            label_key="y",
+            stratify=True,
+            val_split=np.float64(0.2),
+            test_split=np.int64(4),
+            split_seed=np.int64(3),
+            shuffle_seed=11,
+            batch_size=4,
+            num_workers=0,
+            prefetch_factor=None,
+            train_transforms=lambda batch: batch,
+        ),
+        batch_ids=first_column,
+        unsaved={"train_transforms"},
+        again=lambda: {"train_transforms": lambda batch: batch},
+    )
+
+
+MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+
+
+def image_case(tmp_path: Path) -> RichCase:
+    index = 0
+    for name in ("cat", "dog"):
+        (tmp_path / "img" / name).mkdir(parents=True)
+        for j in range(12):
+            colour = (index, 0, 7)
+            Image.new("RGB", (10, 8), colour).save(tmp_path / "img" / name / f"{j}.png")
+            index += 1
+
+    def ids(batch: Any) -> list[int]:  # the red channel of the top-left pixel
+        red = batch[0][:, 0, 0, 0].cpu()
+        if red.dtype != torch.uint8:  # normalised on the device: undo it
+            red = ((red * STD[0] + MEAN[0]) * 255).round()
+        return red.long().tolist()
+
+    return RichCase(
+        make=lambda: ImageFolderDataModule(
+            tmp_path / "img",
+            image_size=8,
+            mean=MEAN,
+            std=STD,
+            on_error="skip",
+            extensions=(".png",),
+            val_split=0.25,
+            batch_size=4,
+            num_workers=0,
+            persistent_workers=False,
+        ),
+        batch_ids=ids,
+        unsaved=set(),
+    )
+
+
+def packed_ids(batch: dict[str, torch.Tensor]) -> list[int]:
+    real = batch["document_ids"] >= 0
+    return (batch["document_ids"][real] * 1000 + batch["position_ids"][real]).tolist()
+
+
+def texts(n: int = 40) -> list[str]:
+    words = ["alpha", "beta", "gamma", "delta", "eps"]
+    return [" ".join(words[(i * 3 + j) % 5] for j in range(1 + i % 7)) for i in range(n)]
+
+
+def bpe(corpus: list[str]) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=60, special_tokens=["[PAD]", "[UNK]"])
+    tokenizer.train_from_iterator(corpus, trainer)
+    return tokenizer
+
+
+def packed_text_case(tmp_path: Path) -> RichCase:
+    corpus = texts()
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"body": t}) + "\n" for t in corpus))
+    tokenizer = bpe(corpus)
+    return RichCase(
+        make=lambda: TextDataModule(
+            train_file=tmp_path / "train.jsonl",
+            text_key="body",
+            tokenizer=tokenizer,
+            packing=True,
+            seq_length=8,
+            pack_mode="whole",
+            max_length=8,
+            val_split=0.2,
+            batch_size=3,
+            num_workers=0,
+        ),
+        batch_ids=packed_ids,
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
+def budget_text_case(tmp_path: Path) -> RichCase:
+    corpus = texts()
+    return RichCase(
+        make=lambda: TextDataModule(
+            corpus,
+            list(range(len(corpus))),
+            tokenizer="word",
+            lowercase=True,
+            max_length=6,
+            batch_by="tokens",
+            max_tokens=16,
+            pad_to_multiple_of=2,
+            eval_bucket=True,
+            val_split=0.2,
+            num_workers=0,
+        ),
+        batch_ids=lambda batch: batch["labels"].tolist(),
+        unsaved={"texts", "labels"},
+        again=lambda: {"texts": corpus, "labels": list(range(len(corpus)))},
+    )
+
+
+def write_sources(root: Path) -> tuple[Path, Path]:
+    """Source "web": 2 JSONL shards, ids 0..59; source "code": one Parquet file, ids 100..119."""
+    web = root / "web"
+    web.mkdir()
+    for k, (lo, hi) in enumerate(((0, 35), (35, 60))):
+        lines = [json.dumps({"id": i, "x": [i % 3] * 2}) for i in range(lo, hi)]
+        (web / f"part-{k}.jsonl").write_text("\n".join(lines) + "\n")
+    code = root / "code.parquet"
+    ids = list(range(100, 120))
+    table = pa.table({"id": ids, "x": [[i % 3] * 2 for i in ids], "junk": ["j"] * 20})
+    pq.write_table(table, code, row_group_size=6)
+    return web, code
+
+
+def stream_case(tmp_path: Path, workers: int) -> RichCase:
+    web, code = write_sources(tmp_path)
+    options = {"anon": False, "key": "AKIA-example", "secret": "never-in-a-checkpoint"}
+
+    def quotas_kept(dm: BaseDataModule, saved: dict[str, Any]) -> None:
+        assert [m.quota for m in dm.mixes["train"]] == [48, 16]
+        assert "never-in-a-checkpoint" not in json.dumps(saved)
+
+    return RichCase(
+        make=lambda: StreamingDataModule(
+            [Source(web, weight=3, name="web"), Source([code], weight=1, name="code")],
+            epoch_size=64,
+            source_key="source",
+            columns=("id", "x"),
+            storage_options=options,
+            retries=2,
+            timeout=30,
+            cache_dir=tmp_path / "cache",
+            cache_limit="1GB",
+            index_cache=tmp_path / "index",
+            prefetch_shards=2,
+            shuffle_buffer=16,
+            transform=lambda record: {**record, "id": record["id"]},
+            batch_size=8,
+            num_workers=workers,
+        ),
+        batch_ids=lambda batch: batch["id"].tolist(),
+        unsaved={"transform", "storage_options.key", "storage_options.secret"},
+        again=lambda: {"transform": lambda r: r, "storage_options": options},
+        extra_checks=[quotas_kept],
+    )
+
+
+CASES: dict[str, Callable[[Path], RichCase]] = {
+    "tensor": tensor_case,
+    "image-folder": image_case,
+    "text-packed": packed_text_case,
+    "text-token-budget": budget_text_case,
+    "stream-mixed-1-worker": lambda p: stream_case(p, 1),
+    "stream-mixed-2-workers": lambda p: stream_case(p, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_checkpoint_is_plain_data_and_rebuilds_and_resumes(name: str, tmp_path: Path) -> None:
+    case = CASES[name](tmp_path)
+    original = case.make()
+    original.setup("fit")
+    assert set(original.unsaved_arguments) == case.unsaved
+    rebuilt_rest: dict[tuple[int, int], list[list[int]]] = {}
+
+    def check(path: Path, epoch: int, done: int) -> None:
+        saved = read_without_the_library(path, type(original).__qualname__)
+        assert saved["hparams"] == dict(original.hparams)
+        assert saved["state"]["split_fingerprint"] == original.fingerprint
+        for extra in case.extra_checks:
+            extra(original, saved)
+        rebuilt = type(original).load_from_checkpoint(path, **case.again())
+        assert type(rebuilt) is type(original)
+        assert dict(rebuilt.hparams) == dict(original.hparams)
+        rebuilt.setup("fit")
+        assert rebuilt.fingerprint == original.fingerprint
+        if isinstance(rebuilt, StreamingDataModule):
+            assert rebuilt.files == original.files  # Source objects, weights included
+        # The rebuilt module restored the checkpoint's position: the rest of that epoch.
+        rebuilt_rest[(epoch, done)] = [case.batch_ids(b) for b in rebuilt.train_dataloader()]
+
+    reference = assert_resume_mid_epoch_is_exact(
+        case.make, case.batch_ids, tmp_path / "ckpt", steps=lambda n: (2,), check_checkpoint=check
+    )
+    assert rebuilt_rest == {(0, 2): reference[0][2:]}
+
+
+def test_a_mixed_stream_keeps_its_quotas_across_a_resume(tmp_path: Path) -> None:
+    # Resumed in epoch 0 and in epoch 1, each run of an epoch is the uninterrupted run's rest,
+    # so every epoch over both runs holds each of its records once: 48 web + 16 code.
+    case = stream_case(tmp_path, 2)
+    reference = assert_resume_mid_epoch_is_exact(
+        case.make, case.batch_ids, tmp_path / "ckpt", steps=lambda n: (3, n + 2)
+    )
+    epochs = [[i for batch in epoch for i in batch] for epoch in reference]
+    for ids in epochs:
+        assert Counter("code" if i >= 100 else "web" for i in ids) == {"web": 48, "code": 16}
+    assert len(set(epochs[0])) == 64  # epoch 0 is within each source's first pass
