@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.hardware import AUTO
+from datamodules.core.keywords import shared_arguments
 from datamodules.core.views import SplitView, TensorBatchView
 
 TensorLike = torch.Tensor | np.ndarray
@@ -125,9 +127,9 @@ class TensorDataModule(BaseDataModule):
         label_key: Which tensor holds class labels (for ``stratify=True``): an int position or
             a dict key. Defaults to the last tensor of a tuple of two or more, or the first of
             the keys ``y``, ``label``, ``labels``, ``target``, ``targets`` of a dict.
-        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`
-            (``batch_size``, ``val_split``...). ``train_transforms`` / ``eval_transforms``
-            are applied to whole batches.
+        train_transforms: Applied to whole train batches (the shared arguments' other
+            entries are :class:`~datamodules.BaseDataModule`'s).
+        eval_transforms: Applied to whole validation, test and predict batches.
 
     Example:
         >>> dm = TensorDataModule(torch.randn(100, 3), torch.arange(100) % 2, batch_size=10)
@@ -142,11 +144,26 @@ class TensorDataModule(BaseDataModule):
     def __init__(
         self,
         *tensors: TensorLike | Mapping[str, TensorLike],
-        path: str | None = None,
+        path: str | os.PathLike | None = None,
         label_key: int | str | None = None,
-        **kwargs: Any,
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**shared_arguments(locals()))
         if tensors and path is not None:
             raise ValueError("give tensors or path=, not both.")
         if path is not None and not isinstance(path, (str, os.PathLike)):

@@ -45,8 +45,10 @@ from datamodules.core.hardware import (
 )
 from datamodules.core.hooks import tool
 from datamodules.core.hparams import given_arguments, make_hparams_plain
+from datamodules.core.keywords import CheckedKeywords
 from datamodules.core.loaders import ResumableDataLoader
 from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
+from datamodules.core.split_state import SplitState
 from datamodules.core.splits import (
     SPLIT_NAMES,
     compute_split_indices,
@@ -59,7 +61,7 @@ STAGE_TO_SPLIT = {"train": "train", "val": "val", "test": "test"}
 FEW_WORKERS_WARNING = r"The '(train|val|test|predict)_dataloader' does not have many workers"
 
 
-class BaseDataModule(pl.LightningDataModule):
+class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywords):
     """Seeded splits, hardware-aware resumable loaders, state and summary.
 
     Args:
@@ -412,50 +414,6 @@ class BaseDataModule(pl.LightningDataModule):
             f"{type(self).__name__} has no test or validation samples to predict on: set "
             "test_split or val_split."
         )
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Returns what resume needs: the split fingerprint and the train sampler position."""
-        state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
-        if self.split_indices is not None:
-            state["split_sizes"] = {k: len(v) for k, v in self.split_indices.items()}
-        loader = self._train_loader() if self._train_loader is not None else None
-        if loader is not None:
-            state["train_sampler"] = loader.state_dict()["sampler"]
-        elif "train" in self._samplers:  # the loader is gone; the sampler knows its position
-            state["train_sampler"] = self._samplers["train"].state_dict()
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Checks the split against the saved one and restores the train position.
-
-        Raises:
-            ValueError: If the saved split differs from this module's split.
-        """
-        saved = state_dict.get("split_fingerprint")
-        if saved is not None and self.fingerprint is None:
-            self._pending_fingerprint = saved  # checked once setup has made the split
-        elif saved is not None:
-            self._check_fingerprint(saved)
-        sampler_state = state_dict.get("train_sampler")
-        loader = self._train_loader() if self._train_loader is not None else None
-        if sampler_state is not None and loader is not None:
-            loader.load_state_dict({"sampler": sampler_state})
-        elif sampler_state is not None:
-            self._pending_sampler_state = sampler_state
-        self._restore_extra_state(state_dict)
-
-    def _restore_extra_state(self, state_dict: dict[str, Any]) -> None:
-        """Subclasses restore their own entries of ``state_dict`` here (e.g. a vocabulary)."""
-
-    def _check_fingerprint(self, saved: str) -> None:
-        if saved != self.fingerprint:
-            raise ValueError(
-                f"{type(self).__name__}: the checkpoint's split fingerprint {saved} differs from "
-                f"this run's {self.fingerprint}: the data or the split arguments (val_split, "
-                "test_split, split_seed, splits, stratify) changed, so the resumed run would "
-                "train on other samples."
-            )
 
     # ------------------------------------------------------------------ summary
     def summary(self) -> str:

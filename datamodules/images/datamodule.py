@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.hardware import AUTO
+from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.images.batches import ImageBatchView, SkipLog
@@ -93,10 +95,9 @@ class ImageFolderDataModule(BaseDataModule):
         balanced: Sample classes equally in training (weighted draws with replacement).
         stratify: Keep class proportions in the random split (default True).
         extensions: Accepted file extensions (default: torchvision's).
-        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`.
-            Here ``train_transforms`` is a transform on uint8 ``(3, H, W)`` tensors for
-            training (default RandomResizedCrop(image_size) + RandomHorizontalFlip) and
-            ``eval_transforms`` the same for val/test/predict (default Resize + CenterCrop).
+        train_transforms: A transform on uint8 ``(3, H, W)`` tensors for training (default
+            RandomResizedCrop(image_size) + RandomHorizontalFlip).
+        eval_transforms: The same for val/test/predict (default Resize + CenterCrop).
     """
 
     work = "decode"
@@ -114,13 +115,27 @@ class ImageFolderDataModule(BaseDataModule):
         std: Sequence[float] = IMAGENET_STD,
         on_error: str = "raise",
         balanced: bool = False,
-        stratify: bool = True,
         extensions: Sequence[str] = IMG_EXTENSIONS,
-        **kwargs: Any,
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = True,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
     ) -> None:
-        if kwargs.get("splits") is not None and stratify:
+        if splits is not None and stratify:
             stratify = False  # explicit indices leave nothing to stratify
-        super().__init__(stratify=stratify, **kwargs)
+        super().__init__(**shared_arguments(locals()))
         for name, value in (("root", root), ("val_root", val_root), ("test_root", test_root)):
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise TypeError(f"{name}={value!r} is not accepted: use a folder path.")

@@ -57,7 +57,7 @@ import copy
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
@@ -66,6 +66,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.hparams import set_hparam
+from datamodules.core.keywords import shared_arguments
 from datamodules.streaming.arguments import (
     check_files,
     check_mixing,
@@ -88,6 +89,7 @@ from datamodules.streaming.mixing import Source
 from datamodules.streaming.readers import ShardReader, SliceReader
 from datamodules.streaming.splits import SplitSource, StreamSplits
 from datamodules.streaming.stream import ShardedStream
+from datamodules.streaming.stream_state import StreamState
 from datamodules.streaming.trainer_links import (
     ConsumedBatches,
     ResumedEpochEnd,
@@ -105,7 +107,7 @@ _ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
 _MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
 
 
-class StreamingDataModule(StreamSplits, StreamInspection, BaseDataModule):
+class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataModule):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
     Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
@@ -160,9 +162,13 @@ class StreamingDataModule(StreamSplits, StreamInspection, BaseDataModule):
             number of batches under DDP (or DDP may hang), and shuffle. Its loaders have no
             length and no resumable position: Lightning then warns that a mid-epoch resume
             restarts the epoch.
-        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`
-            (``batch_size``, ``num_workers``, ``shuffle``, ``drop_last``, ``shuffle_seed``
-            ...). ``num_workers="auto"`` counts this as I/O work (2 per CPU, at most 16).
+        val_split: Does not apply to a stream (records of the validation split come from
+            ``val_files``): leave it unset or 0. The same holds for ``test_split``,
+            ``splits`` and ``stratify``.
+        num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts this as
+            I/O work (2 per CPU, at most 16).
+        train_transforms: Applied to train samples after ``transform``.
+        eval_transforms: Applied to validation, test and predict samples after ``transform``.
 
     Raises:
         TypeError, ValueError: For bad arguments, naming the argument and what is accepted.
@@ -197,9 +203,24 @@ class StreamingDataModule(StreamSplits, StreamInspection, BaseDataModule):
         cache_limit: int | str | None = None,
         prefetch_shards: int = 1,
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
-        **kwargs: Any,
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**shared_arguments(locals()))
         check_stream_split_arguments(self)
         files = {
             "train": check_files(train_files, "train_files"),
@@ -423,49 +444,6 @@ class StreamingDataModule(StreamSplits, StreamInspection, BaseDataModule):
         raise NotImplementedError(
             f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
         )
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """The train shards' fingerprint, the split sizes and the train stream's position
-        (the same dict the train loader's ``state_dict`` gives, which Lightning also saves)."""
-        state: dict[str, Any] = {"split_fingerprint": self.fingerprint}
-        if self.shards:
-            state["split_sizes"] = {k: self.split_size(k) for k in self.shards}
-        loader = self._live_train_loader()
-        if loader is not None:
-            state["train_stream"] = loader.state_dict()
-        elif self._pending_stream_state is not None:
-            state["train_stream"] = self._pending_stream_state
-        elif self._train_stream is not None:  # the loader is gone: what it delivered
-            state["train_stream"] = self._train_stream.state_dict()
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the train position; the next train epoch resumes after the saved batches.
-
-        The world size, worker count and batch size may differ from the checkpoint's (the
-        rest of the epoch is re-split exactly over this run's ranks and workers).
-
-        Raises:
-            ValueError: The train shards differ from the checkpoint's, or (when the loader is
-                built) ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last``
-                differ.
-        """
-        saved = state_dict.get("split_fingerprint")
-        if saved is not None and self.fingerprint is not None and saved != self.fingerprint:
-            raise ValueError(
-                f"{type(self).__name__}: the checkpoint's train shards (fingerprint {saved}) "
-                f"differ from this run's ({self.fingerprint}): train_files lists other shards, "
-                "or they hold other record counts; resuming would repeat or skip records."
-            )
-        stream_state = state_dict.get("train_stream")
-        if stream_state is None:
-            return
-        loader = self._live_train_loader()
-        if loader is not None:
-            loader.load_state_dict(stream_state)
-        else:
-            self._pending_stream_state = stream_state
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles without the Trainer and the loaders (for ``spawn`` workers of

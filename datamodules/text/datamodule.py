@@ -22,7 +22,7 @@ your own dataset.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,8 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.hardware import AUTO
+from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.text.arguments import check_text_arguments
@@ -118,8 +120,8 @@ class TextDataModule(TextInspection, BaseDataModule):
         pack_mode: ``"split"`` (documents continue into the next row: every token once per
             epoch) or ``"whole"`` (documents are never split; one longer than
             ``seq_length`` fails in ``setup`` unless ``max_length <= seq_length`` truncates it).
-        **kwargs: The shared arguments of :class:`~datamodules.core.base.BaseDataModule`;
-            ``train_transforms`` / ``eval_transforms`` apply to whole batch dicts.
+        train_transforms: Applied to whole train batch dicts.
+        eval_transforms: Applied to whole validation, test and predict batch dicts.
 
     Example:
         >>> dm = TextDataModule(["abc", "a", "bcbc", "cab"], ["x", "y", "x", "y"],
@@ -157,9 +159,24 @@ class TextDataModule(TextInspection, BaseDataModule):
         packing: bool = False,
         seq_length: int | None = None,
         pack_mode: str = "split",
-        **kwargs: Any,
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**shared_arguments(locals()))
         if texts is not None and train_file is not None:
             raise ValueError("give texts or train_file, not both.")
         if labels is not None and texts is None:
