@@ -9,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tensor", "images", "text", "streaming")
+#: Layers below the data kinds, each holding what two kinds need (named for what it holds).
+SHARED = ("imaging",)
 MAX_LINES = 500
 MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -18,7 +20,8 @@ def module_name(path: Path) -> str:
 
 
 def area(module: str) -> str:
-    """``core``, a data kind, ``tools``, ``collates`` or ``root`` (the package itself)."""
+    """``core``, a shared layer, a data kind, ``tools``, ``collates`` or ``root`` (the package
+    itself)."""
     parts = module.split(".")
     if parts[0] == "collates":
         return "collates"
@@ -45,15 +48,17 @@ def allowed(source: str, target: str) -> bool:
         return False  # collates imports nothing from datamodules
     if source == "core":
         return target == "core"
+    if source in SHARED:  # below every kind: core and collates only, no other shared layer
+        return target in ("core", "collates")
     if source == "tools":
         return target in ("core", "collates")
-    # a data kind: core, tools and collates, never another data kind
-    return target in ("core", "tools", "collates")
+    # a data kind: core, the shared layers, tools and collates, never another data kind
+    return target in ("core", *SHARED, "tools", "collates")
 
 
 def test_the_layout_has_every_area() -> None:
     areas = {area(module_name(p)) for p in MODULES}
-    assert areas == {"root", "core", "tools", "collates", *KINDS}
+    assert areas == {"root", "core", "tools", "collates", *SHARED, *KINDS}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -84,6 +89,10 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     # The checker itself: a core module importing a tool, and a kind importing another kind.
     assert not allowed("core", "tools") and not allowed("text", "streaming")
     assert not allowed("collates", "core") and allowed("images", "tools")
+    # A shared layer serves the kinds above it and imports none of them, nor a tool.
+    assert allowed("images", "imaging") and allowed("streaming", "imaging")
+    assert not allowed("imaging", "images") and not allowed("imaging", "streaming")
+    assert not allowed("imaging", "tools") and not allowed("core", "imaging")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}
