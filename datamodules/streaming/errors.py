@@ -29,16 +29,21 @@ class RecordError(ValueError):
 
     Attributes:
         shard: Path or URL of the shard.
-        line: 1-based line number where the bad record starts (None for the whole shard).
+        line: 1-based line number where the bad record starts, or where it is as text
+            (``"key 'a/b'"`` in a tar shard); None for the whole shard.
         reason: What is wrong.
     """
 
-    def __init__(self, shard: str, line: int | None = None, reason: str | None = None) -> None:
+    def __init__(
+        self, shard: str, line: int | str | None = None, reason: str | None = None
+    ) -> None:
         self.shard, self.line, self.reason = shard, line, reason
         if reason is None:  # a ready message
             super().__init__(shard)
             return
         where = f"{shard}: line {line}" if line is not None else shard
+        if isinstance(line, str):  # a named place: a tar member, a record's key
+            where = f"{shard}: {line}"
         super().__init__(f"{where}: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
@@ -68,7 +73,7 @@ class SkipCounter:
         self.messages: list[str] = []
         self._lock = threading.Lock()
 
-    def record(self, shard: str, line: int | None, reason: str) -> None:
+    def record(self, shard: str, line: int | str | None, reason: str) -> None:
         """Notes one skipped record (``line=None``: the whole shard was unreadable)."""
         with self._lock:
             if line is None:

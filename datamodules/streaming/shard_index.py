@@ -30,6 +30,8 @@ class ShardIndex:
         size: The file's size in bytes, when known.
         version: What identifies this version of the file (its size, ETag, Last-Modified or
             modification time, as JSON): a local cache of the shard must match it.
+        bad_offsets: Tar shards under ``on_error="skip"``: the byte offsets where the records
+            left out start, so that a reader starting anywhere leaves out the same ones.
     """
 
     path: str
@@ -45,3 +47,4 @@ class ShardIndex:
     error: str | None = None
     size: int | None = None
     version: str | None = None
+    bad_offsets: tuple[int, ...] = ()
