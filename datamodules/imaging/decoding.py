@@ -41,7 +41,7 @@ import torch
 
 PathLike = str | os.PathLike
 
-__all__ = ["ImageDecodeError", "decode_image", "decode_image_bytes"]
+__all__ = ["ImageDecodeError", "decode_image", "decode_image_bytes", "is_image_bytes"]
 
 
 class ImageDecodeError(OSError):
@@ -97,6 +97,15 @@ def _sniff_format(head: bytes) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     return None
+
+
+_OTHER_SIGNATURES = (b"BM", b"II*\x00", b"MM\x00*", b"P5", b"P6")
+
+
+def is_image_bytes(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` starts like an encoded image (JPEG, PNG, GIF, WebP, BMP, TIFF, PPM/PGM)."""
+    head = bytes(data[:12])
+    return _sniff_format(head) is not None or head.startswith(_OTHER_SIGNATURES)
 
 
 def _torchcodec_decoder(fmt: str) -> Callable[..., torch.Tensor]:
