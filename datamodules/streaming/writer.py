@@ -35,7 +35,7 @@ from datamodules.imaging.decoding import is_image_bytes
 from datamodules.streaming.cache import parse_size
 from datamodules.streaming.tar import encode_field, split_name
 
-__all__ = ["write_shards"]
+__all__ = ["write_shard", "write_shards"]
 
 SHARD_FORMATS = ("tar", "parquet", "jsonl")
 ROW_GROUP_BYTES = 16 << 20
@@ -85,7 +85,7 @@ def write_shards(
         raise ValueError(f"prefix={prefix!r} is not accepted: use a file name prefix.")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    writer_class = {"tar": TarShard, "parquet": ParquetShard, "jsonl": JsonlShard}[fmt]
+    writer_class = _SHARDS[fmt]
     paths: list[str] = []
     shard: Shard | None = None
     try:
@@ -110,6 +110,20 @@ def write_shards(
         if shard is not None:
             shard.abort()
     return paths
+
+
+def write_shard(records: Iterable[Mapping[str, Any]], path: str | os.PathLike, fmt: str) -> str:
+    """Writes all ``records`` into the one shard ``path`` (renamed into place when whole), as
+    :func:`write_shards` writes each of its shards; returns the path."""
+    shard = _SHARDS[fmt](Path(path))
+    try:
+        for number, record in enumerate(records):
+            encoded, size = shard.encode(record, number)
+            shard.add(encoded, size, number)
+        return shard.close()
+    except BaseException:
+        shard.abort()
+        raise
 
 
 class Shard:
@@ -344,3 +358,6 @@ class ParquetShard(Shard):
         self._flush()
         if self.writer is not None:
             self.writer.close()
+
+
+_SHARDS: dict[str, type[Shard]] = {"tar": TarShard, "parquet": ParquetShard, "jsonl": JsonlShard}
