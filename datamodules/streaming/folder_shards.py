@@ -25,10 +25,11 @@ Without ``--resize`` the original bytes are copied. ``--resize N`` re-encodes (J
 needed the full size.
 
 Shards are cut by the images' sizes before anything is written (about ``--max-bytes`` each;
-with ``--resize`` they come out smaller), then written in parallel by ``--workers``
-processes, each renamed into place when complete, with a progress bar (images/s) on a
-terminal. A rerun with the same arguments keeps the shards already complete and writes the
-rest; other arguments over the same ``OUT`` are refused.
+with ``--resize`` they come out smaller), then written in parallel by up to ``--workers``
+processes (one per 64 MB of images to copy, or per 16 images to re-encode: below that a
+process costs more to start than it saves), each renamed into place when complete, with a
+progress bar (images/s) on a terminal. A rerun with the same arguments keeps the shards
+already complete and writes the rest; other arguments over the same ``OUT`` are refused.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("out", type=Path, help="the folder to write the shards into")
     parser.add_argument("--fmt", choices=("tar", "parquet"), default="tar")
     parser.add_argument("--max-bytes", default="256MB", help="about this much per shard")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="at most N processes"
+    )
     parser.add_argument("--val-split", type=float, default=0.1, help="fraction (or count) to val")
     parser.add_argument("--seed", type=int, default=42, help="of the split and the train order")
     parser.add_argument("--resize", type=int, default=None, help="short side at most N pixels")
@@ -263,7 +266,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+#: Work that pays for a process: bytes of images to copy, or images to re-encode.
+BYTES_PER_PROCESS = 64 << 20
+RESIZES_PER_PROCESS = 16
 _progress: Any = None  # in a worker process: the queue its progress goes to
+
+
+def _useful_processes(todo: list[dict[str, Any]], resize: int | None) -> int:
+    images = [path for shard in todo for path, _, _ in shard["images"]]
+    if resize is not None:
+        return max(1, len(images) // RESIZES_PER_PROCESS)
+    return max(1, sum(os.path.getsize(p) for p in images) // BYTES_PER_PROCESS)
 
 
 def _set_progress(queue: Any) -> None:
@@ -279,25 +292,22 @@ def _write(todo: list[dict[str, Any]], args: argparse.Namespace, total: int, kep
     bar = tqdm(total=total, initial=kept, unit="img", desc="shards", disable=None, smoothing=0.1)
     jobs = [(s, str(args.out), args.fmt, args.resize, args.quality) for s in todo]
     try:
-        if args.workers == 1 or len(todo) <= 1:
+        workers = min(args.workers, len(todo), _useful_processes(todo, args.resize))
+        if workers <= 1:
             for job in jobs:
                 bar.update(write_planned(job))
             return
         queue = multiprocessing.Queue()
-        workers = min(args.workers, len(todo))
         with ProcessPoolExecutor(workers, initializer=_set_progress, initargs=(queue,)) as pool:
-            futures = [pool.submit(write_planned, job) for job in jobs]
-            while True:
-                finished = all(f.done() for f in futures)
+            pending = {pool.submit(write_planned, job) for job in jobs}
+            while pending:
+                done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
                 while not queue.empty():
                     bar.update(queue.get())
-                failed = next((f for f in futures if f.done() and f.exception()), None)
-                if failed is not None:
-                    for future in futures:
-                        future.cancel()
-                    failed.result()  # raises the worker's error here
-                if finished:
-                    break
-                time.sleep(0.05)
+                for future in done:
+                    if future.exception() is not None:
+                        for other in pending:
+                            other.cancel()
+                        future.result()  # raises the worker's error here
     finally:
         bar.close()

@@ -150,7 +150,6 @@ class ImageRecordCollate:
             fields = sorted(k for k in record if not k.startswith("__"))
             wanted = ";".join(self.image_keys)
             raise _Bad(f"has no image field {wanted!r} (image_key); its fields: {fields}")
-        shard, where = record_name(record)
         try:
             if isinstance(value, Mapping):  # Hugging Face's Image struct
                 data, path = value.get("bytes"), value.get("path")
@@ -161,7 +160,7 @@ class ImageRecordCollate:
                 value = data
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 raise _Bad(f"field {key!r} holds a {type(value).__name__}, not encoded image bytes")
-            image = decode_image_bytes(value, name=f"{shard}: {where} ({key})", channels_last=True)
+            image = decode_image_bytes(value, channels_last=True)  # errors name the record below
         except ImageDecodeError as error:
             raise _Bad(f"field {key!r}: {error.reason}") from error
         return image, label

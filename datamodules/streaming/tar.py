@@ -309,6 +309,10 @@ def read_tar(
             out of the records.
     """
     offset, skip = 0, start
+    if index is not None:  # what follows the indexed records is damage the index found
+        stop = index.count if stop is None else min(stop, index.count)
+        if start >= stop:
+            return
     if index is not None and index.every and index.offsets and start >= index.every:
         slot = min(start // index.every, len(index.offsets) - 1)
         offset, skip = index.offsets[slot], start - slot * index.every
@@ -320,22 +324,24 @@ def read_tar(
     def read_member(ext: str) -> bool:  # the records skipped to reach ``start`` are not decoded
         return (skip == 0 and wanted(ext)) or (bad is None and _small(ext))
 
+    shard = index.path if index is not None else path  # a cached copy is named as its URL
     raw, stream = _open(path, compression, offset, options)
-    members = TarMembers(stream, offset, _size(path, compression))
+    # The index checked every header (and is keyed by the file's size and time or ETag).
+    members = TarMembers(stream, offset, _size(path, compression), verify=index is None)
     left = None if stop is None else stop - start
     try:
         for group in _groups(members, read_member, set() if bad is None else None):
             if group.problem is not None or (bad is not None and group.start in bad):
                 reason = group.problem or "left out when the shard was indexed"
                 if on_error == "raise":
-                    raise RecordError(path, f"key {group.key!r}", reason)
+                    raise RecordError(shard, f"key {group.key!r}", reason)
                 if bad is None and counter is not None:
-                    counter.record(path, f"key {group.key!r}", reason)
+                    counter.record(shard, f"key {group.key!r}", reason)
                 continue
             if skip:
                 skip -= 1
                 continue
-            record: dict[str, Any] = {"__key__": group.key, "__url__": path}
+            record: dict[str, Any] = {"__key__": group.key, "__url__": shard}
             for ext, value in group.fields.items():
                 if wanted(ext):
                     record[ext] = value
@@ -346,11 +352,11 @@ def read_tar(
                     return
     except TarDamage as damage:
         if on_error == "raise":
-            raise _damage(path, damage) from damage
+            raise _damage(shard, damage) from damage
         if bad is None and counter is not None and not damage.in_data:
-            counter.record(path, f"byte {damage.offset}", f"damaged tar archive: {damage}")
+            counter.record(shard, f"byte {damage.offset}", f"damaged tar archive: {damage}")
     except OSError as err:
-        raise ShardError(path, None, f"cannot read shard ({type(err).__name__}: {err})") from err
+        raise ShardError(shard, None, f"cannot read shard ({type(err).__name__}: {err})") from err
     finally:
         stream.close()
         raw.close()

@@ -139,7 +139,7 @@ class Shard:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by close / abort)
+        self.file = open(self.tmp, "wb", buffering=1 << 20)  # noqa: SIM115 (closed by close / abort)
         self.records = 0
         self.bytes = 0
 
@@ -172,6 +172,23 @@ class Shard:
 def _record_name(record: Mapping[str, Any], number: int) -> str:
     key = record.get("__key__")
     return f"record {number} (key {key!r})" if key is not None else f"record {number}"
+
+
+_USTAR_TAIL = b"0" + bytes(100) + b"ustar\x0000" + bytes(64 + 16 + 167)  # no device numbers
+
+
+def tar_header(name: str, size: int) -> bytes:
+    """The header of a member ``name`` of ``size`` bytes (mode 0444, owner 0, time 0): the bytes
+    Python's ``tarfile`` writes in its pax format, built directly for a short ASCII name."""
+    raw = name.encode("ascii", "replace")
+    if len(raw) > 100 or not name.isascii() or size >= 8**11:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = size, 0o444, 0
+        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    head = raw.ljust(100, b"\0") + b"0000444\x000000000\x000000000\x00" + b"%011o\x00" % size
+    head += b"00000000000\x00"
+    checksum = sum(head) + 8 * 32 + sum(_USTAR_TAIL)
+    return head + b"%06o\x00 " % checksum + _USTAR_TAIL
 
 
 class TarShard(Shard):
@@ -207,9 +224,7 @@ class TarShard(Shard):
                 data = encode_field(field, value)
             except (TypeError, ValueError) as err:
                 raise type(err)(f"{_record_name(record, number)}, field {field!r}: {err}") from None
-            info = tarfile.TarInfo(f"{key}.{field}")
-            info.size, info.mode, info.mtime = len(data), 0o444, 0
-            header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            header = tar_header(f"{key}.{field}", len(data))
             members.append((header, data))
             size += len(header) + -(-len(data) // BLOCK) * BLOCK
         if not members:

@@ -18,6 +18,7 @@ from PIL import Image
 from datamodules import ImageFolderDataModule, StreamingDataModule
 from datamodules.__main__ import main
 from datamodules.imaging.decoding import decode_image_bytes
+from datamodules.streaming import folder_shards
 from datamodules.streaming.formats import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -96,7 +97,10 @@ def test_shards_hold_the_folders_split_and_bytes(src: Path, tmp_path: Path, caps
         assert torch.equal(a, b) and torch.equal(la, lb)
 
 
-def test_parallel_writing_gives_the_same_shards(src: Path, tmp_path: Path) -> None:
+def test_parallel_writing_gives_the_same_shards(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(folder_shards, "BYTES_PER_PROCESS", 1)  # processes even for 30 images
     assert run(src, tmp_path / "one", "--max-bytes", "20kB", "--workers", "1") == 0
     assert run(src, tmp_path / "two", "--max-bytes", "20kB", "--workers", "2") == 0
     names = sorted(p.name for p in (tmp_path / "one").glob("*.tar"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from PIL import Image
 from datamodules.streaming import write_shards
 from datamodules.streaming import writer as writer_module
 from datamodules.streaming.formats import read_records
+from datamodules.streaming.writer import tar_header
 
 
 def png(i: int, size: int = 8) -> bytes:
@@ -171,3 +173,19 @@ def test_a_record_that_cannot_be_a_tar_record_is_named(
     with pytest.raises(error, match=match):
         write_shards([records(1)[0], bad], tmp_path)
     assert not list(tmp_path.iterdir())  # the shard being written is removed
+
+
+@pytest.mark.parametrize(
+    "name, size",
+    [
+        ("a/b.jpg", 20_000),
+        ("x" * 100, 0),
+        ("y" * 101 + ".cls", 1),
+        ("é/b.txt", 3),
+        ("k.jpg", 8**11),
+    ],
+)
+def test_member_headers_are_the_bytes_tarfile_writes(name: str, size: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o444, 0
+    assert tar_header(name, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
