@@ -97,10 +97,12 @@ def list_folder(src: Path) -> tuple[list[str], list[tuple[str, int]]]:
     return classes, make_dataset(str(src), class_to_idx, extensions=IMG_EXTENSIONS)
 
 
-def record_key(src: Path, path: str, taken: set[str]) -> str:
+def record_key(src: str, path: str, taken: set[str]) -> str:
     """The record's key: its path under ``src`` without the extension, dots made ``_``."""
-    rel = Path(os.path.relpath(path, src))
-    key = (rel.parent / rel.stem.replace(".", "_")).as_posix()
+    rel = path[len(src) + 1 :] if path.startswith(src + os.sep) else os.path.relpath(path, src)
+    head, base = os.path.split(rel)
+    stem = os.path.splitext(base)[0].replace(".", "_")
+    key = f"{head}/{stem}".replace(os.sep, "/") if head else stem
     unique, n = key, 1
     while unique in taken:
         unique, n = f"{key}_{n}", n + 1
@@ -127,7 +129,7 @@ def plan_shards(args: argparse.Namespace) -> dict[str, Any]:
         "val": split["val"],
     }  # fmt: skip
     taken: set[str] = set()
-    keys = [record_key(args.src, path, taken) for path, _ in samples]
+    keys = [record_key(str(args.src), path, taken) for path, _ in samples]
     shards: list[dict[str, Any]] = []
     for name, indices in order.items():
         current: list[list[Any]] = []
@@ -152,7 +154,8 @@ def plan_shards(args: argparse.Namespace) -> dict[str, Any]:
 def encode_image(path: str, resize: int | None, quality: int) -> tuple[str, bytes]:
     """``(extension, bytes)`` of one image: the file's own, or re-encoded smaller."""
     ext = os.path.splitext(path)[1].lower()
-    data = Path(path).read_bytes()
+    with open(path, "rb", buffering=0) as file:
+        data = file.readall()
     if resize is not None:
         from PIL import Image
 
