@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from datamodules import ImageFolderDataModule, StreamingDataModule
+from datamodules import ImageFolderDataModule, Source, StreamingDataModule
 from datamodules.streaming import write_shards
 from datamodules.streaming.errors import RecordError
 
@@ -318,3 +318,35 @@ def test_image_arguments_are_checked(tmp_path: Path) -> None:
             StreamingDataModule(paths, **kwargs)
     with pytest.raises(TypeError, match="classes='abc' is not accepted"):
         StreamingDataModule(paths, image_key="png", classes="abc")
+
+
+def test_image_sources_mix_by_weight_with_exact_quotas(tmp_path: Path) -> None:
+    # A tar source (png) and a Parquet source (Hugging Face struct "image"), 3 : 1.
+    tar = write_id_shards(tmp_path / "tar", [10, 10])
+    rows = [
+        {"__key__": f"p{i}", "image": encode(noise(i), "PNG"), "cls": 100 + i} for i in range(8)
+    ]
+    parquet = write_shards(rows, tmp_path / "pq", fmt="parquet")
+    dm = StreamingDataModule(
+        [Source(tar, weight=3, name="tar"), Source(parquet, weight=1, name="pq")],
+        image_key="png;image",
+        image_size=8,
+        epoch_size=16,
+        source_key="source",
+        label_key=None,
+        batch_size=4,
+        num_workers=2,
+        index_cache=False,
+        persistent_workers=False,
+    )
+    assert dm.loader_settings("train").reasons["num_workers"].startswith("set by the user")
+    for epoch in range(2):  # two epochs: each holds every source's quota
+        batches = list(dm.train_dataloader())
+        assert all(b["image"].shape[1:] == (3, 8, 8) for b in batches)
+        sources = Counter(s for b in batches for s in b["source"])
+        assert sources == {"tar": 12, "pq": 4}
+        ids = [int(i) for b in batches for i in b["cls"]]
+        if epoch == 0:  # within each source's first pass: no record twice
+            assert len(set(ids)) == 16
+    auto = StreamingDataModule(tar, image_key="png", index_cache=False)
+    assert "decoding" in auto.loader_settings("train").reasons["num_workers"]
