@@ -12,17 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from datamodules import StreamingDataModule
 from datamodules.streaming import write_shards
 from tests.datamodules.streaming.ddp_resume_runner import fit, label_ids
-from tests.datamodules.streaming.test_elastic_ddp import run
-
-SIZES = [13, 1, 22, 9, 6]  # 51 records, uneven, one shard of one record
-PER_EPOCH = 7  # 2 ranks: ceil(ceil(51 / 2) / 4)
-STOP = PER_EPOCH + 3  # the checkpoint: epoch 1, after 3 batches per rank
+from tests.datamodules.streaming.test_elastic_ddp import (
+    PER_EPOCH,
+    SIZES,
+    fresh_epoch,
+    interrupted_run,
+)
 
 
 def png(i: int) -> bytes:
@@ -42,17 +41,6 @@ def write(root: Path, prefix: str, sizes: list[int], first: int) -> list[str]:
     return paths
 
 
-def fresh_epoch(kwargs: dict[str, Any], world: int, epoch: int) -> list[list[list[int]]]:
-    per_rank = []
-    for rank in range(world):
-        dm = StreamingDataModule(**kwargs, persistent_workers=False)
-        dm._rank_world = lambda rank=rank: (rank, world)  # type: ignore[method-assign]
-        loader = dm.train_dataloader()
-        loader.set_epoch(epoch)
-        per_rank.append([label_ids(b) for b in loader])
-    return per_rank
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("images")
@@ -65,22 +53,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "batch_size": 4,
         "shuffle_buffer": 6,
     }
-    ranks = run(
-        {**kwargs, "num_workers": 2},
-        root / "first",
-        2,
-        max_steps=STOP,
-        ckpt_dir=root / "ckpt",
-        ids="labels",
-    )
-    path = root / "ckpt" / f"step={STOP}.ckpt"
-    state = torch.load(path, weights_only=True)["StreamingDataModule"]["train_stream"]
-    assert (state["epoch"], state["batches"], state["world_size"], state["num_workers"]) == (
-        1,
-        3,
-        2,
-        2,
-    )
+    ranks, path = interrupted_run(root, kwargs, ids="labels")
     return {"kwargs": kwargs, "path": path, "ranks": ranks}
 
 
@@ -105,5 +78,5 @@ def test_resume_on_one_process_without_workers_is_exactly_once(checkpoint) -> No
     assert len(record["train"]["1"]) == 7  # 51 - 24 records left, in batches of 4
     delivered = Counter(i for b in head + record["train"]["1"] for i in b)
     assert sorted(delivered) == list(range(51)) and set(delivered.values()) == {1}
-    fresh = fresh_epoch({**checkpoint["kwargs"], "num_workers": 0}, 1, 2)
+    fresh = fresh_epoch({**checkpoint["kwargs"], "num_workers": 0}, 1, 2, label_ids)
     assert [record["train"]["2"]] == fresh

@@ -167,31 +167,24 @@ def test_alternatives_labels_by_name_and_dict_batches(tmp_path: Path) -> None:
         for i in range(12)
     ]
     paths = write_shards(records, tmp_path)
-    named = StreamingDataModule(
-        paths,
-        image_key="png;webp",
-        label_key="txt",
-        classes=CLASSES,
-        image_size=8,
-        batch_size=12,
-        num_workers=0,
-        shuffle=False,
-        index_cache=False,
-    )
+
+    def unshuffled(**kwargs: Any) -> StreamingDataModule:
+        return StreamingDataModule(
+            paths,
+            image_key="png;webp",
+            image_size=8,
+            num_workers=0,
+            shuffle=False,
+            index_cache=False,
+            **kwargs,
+        )
+
+    named = unshuffled(label_key="txt", classes=CLASSES, batch_size=12)
     images, labels = next(iter(named.train_dataloader()))
     assert images.shape == (12, 3, 8, 8) and labels.tolist() == [i % 3 for i in range(12)]
     assert named.classes == CLASSES and named.num_classes == 3
-    as_dicts = StreamingDataModule(
-        paths,
-        image_key="png;webp",
-        label_key=None,
-        image_size=8,
-        batch_size=6,
-        num_workers=0,
-        shuffle=False,
-        index_cache=False,
-    )
-    batch = next(iter(as_dicts.val_dataloader() or as_dicts.train_dataloader()))
+    as_dicts = unshuffled(label_key=None, batch_size=6)
+    batch = next(iter(as_dicts.train_dataloader()))
     assert set(batch) == {"image", "__key__", "__url__", "txt", "json"}
     assert batch["image"].shape == (6, 3, 8, 8) and batch["__key__"] == [f"k{i}" for i in range(6)]
     assert as_dicts.on_after_batch_transfer(batch, 0)["image"].dtype == torch.float32
