@@ -47,6 +47,10 @@ class SkipLog:
         with open(self.path, "a", encoding="utf-8", errors="surrogateescape") as log:
             log.write(line)
 
+    def has_new(self) -> bool:
+        """Whether lines were recorded since the previous :meth:`read_new` (one ``stat``)."""
+        return os.path.getsize(self.path) > self._read_to
+
     def read_new(self) -> list[tuple[str, str]]:
         """Returns the (path, reason) pairs recorded since the previous call."""
         with open(self.path, encoding="utf-8", errors="surrogateescape") as log:

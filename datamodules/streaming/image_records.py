@@ -16,7 +16,6 @@ This module also checks the image arguments (:func:`check_image_records`) and gi
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -73,7 +72,7 @@ def check_image_records(
                  "normalize": normalize}  # fmt: skip
         changed = [k for k, v in given.items() if v != _DEFAULTS[k]]
         changed += [k for k, v, d in (("mean", mean, IMAGENET_MEAN), ("std", std, IMAGENET_STD))
-                    if tuple(v) != d]  # fmt: skip
+                    if not isinstance(v, Sequence) or tuple(v) != d]  # fmt: skip
         if changed:
             raise ValueError(
                 f"{', '.join(changed)} apply to image records: give image_key= too (the "
@@ -241,7 +240,7 @@ class StreamImages:
     def _report_image_skips(self) -> None:
         """Warns (once per epoch) when the workers left image records out."""
         log = self._image_skips
-        if log is None or os.path.getsize(log.path) <= log._read_to:
+        if log is None or not log.has_new():
             return
         before = self._skip_counter.total
         counter = self.skipped
