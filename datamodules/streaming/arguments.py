@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamodules.core.hardware import TUNE
-from datamodules.streaming.cache import parse_size
+from datamodules.remote.cache import parse_size
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.formats import FORMATS
 from datamodules.streaming.mixing import Source, check_sources
-from datamodules.streaming.retrying import RemoteOptions
 
 
 def check_files(value: Any, name: str) -> list[str] | list[Source] | None:

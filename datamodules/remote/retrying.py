@@ -2,7 +2,7 @@
 
 fsspec's HTTP filesystem does not retry: one ``503`` or a connection cut in the middle of a
 body fails the read. Every remote call of the streaming package goes through
-:func:`call_with_retries` (or a :class:`~datamodules.streaming.remote.ResumableRemoteFile`,
+:func:`call_with_retries` (or a :class:`~datamodules.remote.files.ResumableRemoteFile`,
 which resumes a body at the byte offset already read), so that:
 
 * **transient** failures are retried up to ``retries`` times, with exponential backoff and
