@@ -65,13 +65,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
-from datamodules.core.hparams import set_hparam
 from datamodules.core.keywords import shared_arguments
 from datamodules.remote.cache import ShardCache
-from datamodules.remote.credentials import (
-    checkpoint_storage_options,
-    restored_storage_options,
-)
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.streaming.arguments import (
     check_files,
     check_mixing,
@@ -243,11 +239,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         self.remote, limit = remote_options(
             storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
         )
-        saved_options, credentials = checkpoint_storage_options(storage_options)
-        if credentials:
-            set_hparam(self, "storage_options", saved_options)
-            for name in credentials:
-                self.unsaved_arguments[f"storage_options.{name}"] = "a credential"
+        save_without_credentials(self, storage_options)
         self.epoch_size, self.source_key = epoch_size, source_key
         self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
