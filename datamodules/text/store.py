@@ -199,6 +199,8 @@ class StoredDocuments:
     def __init__(self, path: str, meta: dict[str, Any]) -> None:
         self.path = path
         self.meta = meta
+        #: Whether this process built the store (in this setup), rather than mapped it.
+        self.built = False
         tokens = map_tokens(os.path.join(path, "tokens.bin"), meta["dtype"], meta["tokens"])
         arrays = {n: np.load(os.path.join(path, f"{n}.npy"), mmap_mode="c") for n in ARRAYS}
         self._files, self._lines = arrays["files"], arrays["lines"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import time
 import warnings
 from collections import deque
@@ -203,8 +204,6 @@ def open_or_build(
                     UserWarning,
                     stacklevel=4,
                 )
-                import shutil
-
                 shutil.rmtree(path, ignore_errors=True)
             build()
             meta, reason = check_store(path)
@@ -212,6 +211,9 @@ def open_or_build(
                 raise RuntimeError(
                     f"the token store {path} was built but is not complete: {reason}."
                 )
+            store = StoredDocuments(path, meta)
+            store.built = True
+            return store
     return StoredDocuments(path, meta)
 
 
