@@ -27,7 +27,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -94,40 +94,44 @@ def tokenize_chunks(
     side: str,
 ) -> Iterator[tuple[Any, Encoded]]:
     """Tokenizes chunks in order: yields ``(tag, (flat, lengths))`` for each
-    ``(texts, where, tag)`` of ``jobs``."""
+    ``(texts, where, tag)`` of ``jobs``, with a few chunks in flight (never the corpus)."""
     if workers <= 0:
-        yield from _in_threads(tokenizer, jobs, max_length, side)
+        threads = 2 if hasattr(tokenizer, "encode_batch") else 1
+        with ThreadPoolExecutor(threads, thread_name_prefix="tokenize") as pool:
+
+            def in_thread(texts: list[str], where: ChunkWhere) -> Callable[[], Encoded]:
+                return pool.submit(encode, tokenizer, texts, where, max_length, side).result
+
+            yield from _in_order(in_thread, jobs, threads)
         return
     import multiprocessing as mp
 
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    tags: deque[Any] = deque()
-
-    def feed() -> Iterator[tuple[list[str], ChunkWhere, int | None, str]]:
-        for texts, where, tag in jobs:
-            tags.append(tag)
-            yield texts, where, max_length, side
-
     context = mp.get_context(method)
     with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
-        for encoded in pool.imap(_encode_in_worker, feed(), chunksize=1):
-            yield tags.popleft(), encoded
+
+        def in_process(texts: list[str], where: ChunkWhere) -> Callable[[], Encoded]:
+            job = (texts, where, max_length, side)
+            return pool.apply_async(_encode_in_worker, (job,)).get
+
+        yield from _in_order(in_process, jobs, 2 * workers)
 
 
-def _in_threads(
-    tokenizer: Any, jobs: Iterable[tuple[list[str], ChunkWhere, Any]], max_length: Any, side: str
+def _in_order(
+    submit: Callable[[list[str], ChunkWhere], Callable[[], Encoded]],
+    jobs: Iterable[tuple[list[str], ChunkWhere, Any]],
+    window: int,
 ) -> Iterator[tuple[Any, Encoded]]:
-    threads = 2 if hasattr(tokenizer, "encode_batch") else 1
-    with ThreadPoolExecutor(threads, thread_name_prefix="tokenize") as pool:
-        pending: deque[tuple[Any, Future]] = deque()
-        for texts, where, tag in jobs:
-            pending.append((tag, pool.submit(encode, tokenizer, texts, where, max_length, side)))
-            if len(pending) > threads:
-                tag0, future = pending.popleft()
-                yield tag0, future.result()
-        while pending:
-            tag0, future = pending.popleft()
-            yield tag0, future.result()
+    """Runs ``submit`` over ``jobs`` with at most ``window`` + 1 in flight; results in order."""
+    pending: deque[tuple[Any, Callable[[], Encoded]]] = deque()
+    for texts, where, tag in jobs:
+        pending.append((tag, submit(texts, where)))
+        if len(pending) > window:
+            tag0, result = pending.popleft()
+            yield tag0, result()
+    while pending:
+        tag0, result = pending.popleft()
+        yield tag0, result()
 
 
 class Progress:
