@@ -5,7 +5,6 @@ mapping the store without tokenizing anything."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from tokenizers import Tokenizer
 from datamodules import TextDataModule
 from tests.datamodules.contract import ContractCase, run_ddp
 from tests.datamodules.text.store_data import CountingTokenizer, bpe, corpus, write_jsonl
+from tests.datamodules.text.test_packing import assert_resumed_once, assert_two_ranks_cover_once
 
 
 def token_ids(batch: dict[str, Any]) -> list[int]:
@@ -76,13 +76,7 @@ def test_two_ranks_build_once_cover_evenly_and_resume_on_three(tmp_path: Path) -
     dm.setup("fit")
     assert logged_documents(tmp_path) == len(texts)  # this process maps it too
     train = expected(dm, "train")
-    per_rank = [r["train"][0] for r in first]
-    assert len(per_rank[0]) == len(per_rank[1]) >= 4, "even batch counts"
-    shares = [Counter(i for b in batches for i in b) for batches in per_rank]
-    assert not set(shares[0]) & set(shares[1]), "disjoint"
-    assert sorted((shares[0] + shares[1]).elements()) == train, "every token once"
-    vals = [Counter(i for b in r["val"][0] for i in b) for r in first]
-    assert sorted((vals[0] + vals[1]).elements()) == expected(dm, "val")
+    per_rank = assert_two_ranks_cover_once(first, train, expected(dm, "val"))
     # Elastic: the checkpoint after 2 steps on 2 ranks resumes on 3, on the same store.
     step = 2
     seen = [i for batches in per_rank for b in batches[:step] for i in b]
@@ -93,9 +87,5 @@ def test_two_ranks_build_once_cover_evenly_and_resume_on_three(tmp_path: Path) -
         devices=3,
         extra=("--resume", str(ckpts / f"epoch=0-step={step}.ckpt")),
     )
-    rest = [i for r in resumed for b in r["train"][0] for i in b]
-    assert sorted(seen + rest) == train, "epoch 0 exactly once across 2 -> 3 ranks"
-    assert len({len(r["train"][0]) for r in resumed}) == 1, "even after resuming"
-    nxt = [i for r in resumed for b in r["train"][1] for i in b]
-    assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
+    assert_resumed_once(seen, resumed, train)
     assert logged_documents(tmp_path) == len(texts)  # the resumed run tokenized nothing
