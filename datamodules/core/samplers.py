@@ -115,8 +115,8 @@ class IndexBatchSampler(DistributedSampler):
 
     #: Whether a checkpoint of packed rows (a state with ``"packing"``) is this sampler's.
     resumes_packed_rows = False
-    #: What the sampler deals out, as ``summary()`` names it.
-    unit = "samples"
+    #: What the sampler deals out, as ``summary()`` names it (singular).
+    unit = "sample"
 
     def __init__(
         self,

@@ -30,7 +30,7 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
-from datamodules.core.hardware import AUTO
+from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
@@ -95,7 +95,9 @@ class TextDataModule(TextInspection, BaseDataModule):
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key or CSV/TSV column of the text.
-        label_key: JSON key or CSV/TSV column of the label (absent: unlabelled).
+        label_key: JSON key or CSV/TSV column of the label. None (default): the
+            ``"label"`` key or column when the records have one, else unlabelled texts; a
+            key given explicitly must be in every record (a typo raises in ``setup``).
         tokenizer: ``"char"`` (default), ``"word"`` (whitespace-separated), or your tokenizer.
         lowercase: Lower-case texts before the built-in vocabulary sees them.
         min_freq: Built-in vocabulary: keep tokens seen at least this often in the train split.
@@ -131,6 +133,7 @@ class TextDataModule(TextInspection, BaseDataModule):
         ([[4, 2, 3], [4, 0, 0]], [0, 1], ['x', 'y'])
     """
 
+    fetch = GATHERED
     hparams_ignore = (*BaseDataModule.hparams_ignore, "texts", "labels", "tokenizer")
 
     def __init__(
@@ -142,7 +145,7 @@ class TextDataModule(TextInspection, BaseDataModule):
         val_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         test_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         text_key: str = "text",
-        label_key: str = "label",
+        label_key: str | None = None,
         tokenizer: Tokenizer = "char",
         lowercase: bool = False,
         min_freq: int = 1,
@@ -195,7 +198,7 @@ class TextDataModule(TextInspection, BaseDataModule):
                 "train_file= (.jsonl/.csv/.tsv/.txt), or override load_texts()."
             )
         for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str):
+            if not isinstance(key, str) and not (name == "label_key" and key is None):
                 raise TypeError(f"{name}={key!r} is not accepted: use a string.")
         check_text_arguments(
             tokenizer=tokenizer,

@@ -7,7 +7,11 @@ Formats (UTF-8; blank lines are not records; every error names the file and line
 * ``.csv`` / ``.tsv``: a header row naming the columns; the text in column ``text_key``, the
   label, if any, in column ``label_key``. A label column whose every value is an integer
   (``"3"``, ``"-1"``) gives int labels; otherwise labels are strings.
-* ``.txt``: one text per line, no labels.
+* ``.txt``: one text per non-blank line, no labels.
+
+``label_key=None`` (the default) reads labels from the ``"label"`` key or column when the
+records have one, and leaves the texts unlabelled otherwise; a ``label_key`` given explicitly
+must be in every record (a typo raises at once, naming the file, the line and the keys found).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import numpy as np
 import torch
 
 SUFFIXES: tuple[str, ...] = (".jsonl", ".csv", ".tsv", ".txt")
+#: The key or column read for labels when ``label_key`` is not given (labels when present).
+DEFAULT_LABEL_KEY = "label"
 Label = int | str
 PathLike = str | os.PathLike
 _INT = re.compile(r"[+-]?\d+")
@@ -153,7 +159,9 @@ def records_from_memory(texts: Any, labels: Any = None) -> TextRecords:
     return TextRecords(texts, check_labels(labels, lambda i: f"labels[{i}]"))
 
 
-def _read_jsonl(path: Path, text_key: str, label_key: str) -> tuple[list, list, list]:
+def _read_jsonl(
+    path: Path, text_key: str, label_key: str, required: bool
+) -> tuple[list, list, list]:
     texts, labels, lines = [], [], []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -166,7 +174,7 @@ def _read_jsonl(path: Path, text_key: str, label_key: str) -> tuple[list, list, 
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.rstrip("\r\n"))  # the break would move the column
             except json.JSONDecodeError as error:
                 raise ValueError(
                     f"{path}, line {number}: invalid JSON: {error.msg} (column {error.colno})."
@@ -181,6 +189,12 @@ def _read_jsonl(path: Path, text_key: str, label_key: str) -> tuple[list, list, 
                     f"{path}, line {number}: no {text_key!r} key (keys: {sorted(record)}); set "
                     "text_key to the key that holds the text."
                 )
+            if required and label_key not in record:
+                raise ValueError(
+                    f"{path}, line {number}: no {label_key!r} key (keys: {sorted(record)}); set "
+                    "label_key to the key that holds the label (or leave it unset for texts "
+                    "without labels)."
+                )
             text = record[text_key]
             if not isinstance(text, str):
                 raise ValueError(
@@ -194,7 +208,7 @@ def _read_jsonl(path: Path, text_key: str, label_key: str) -> tuple[list, list, 
 
 
 def _read_table(
-    path: Path, text_key: str, label_key: str, delimiter: str
+    path: Path, text_key: str, label_key: str, delimiter: str, required: bool
 ) -> tuple[list, list, list]:
     texts, labels, lines = [], [], []
     number = 1
@@ -208,6 +222,12 @@ def _read_table(
                 raise ValueError(
                     f"{path}, line 1: no column {text_key!r} in the header {header}; set text_key "
                     "to the column that holds the text."
+                )
+            if required and label_key not in header:
+                raise ValueError(
+                    f"{path}, line 1: no column {label_key!r} in the header {header}; set "
+                    "label_key to the column that holds the label (or leave it unset for texts "
+                    "without labels)."
                 )
             text_col = header.index(text_key)
             label_col = header.index(label_key) if label_key in header else None
@@ -256,8 +276,15 @@ def _read_txt(path: Path) -> tuple[list, list, list]:
     return texts, [None] * len(texts), lines
 
 
-def read_text_files(paths: Sequence[PathLike], text_key: str, label_key: str) -> TextRecords:
+def read_text_files(
+    paths: Sequence[PathLike], text_key: str, label_key: str | None = None
+) -> TextRecords:
     """Reads and concatenates text files (see the module docstring for the formats).
+
+    Args:
+        paths: The files.
+        text_key: The key or column of the text.
+        label_key: The key or column of the label; None: ``"label"`` when present.
 
     Raises:
         FileNotFoundError: If a file does not exist.
@@ -270,14 +297,22 @@ def read_text_files(paths: Sequence[PathLike], text_key: str, label_key: str) ->
     files: list[str] = []
     file_index: list[np.ndarray] = []
     lines: list[np.ndarray] = []
+    required = label_key is not None
+    label_key = DEFAULT_LABEL_KEY if label_key is None else label_key
     for path in map(Path, paths):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file.")
         suffix = path.suffix.lower()
         if suffix == ".jsonl":
-            t, lab, num = _read_jsonl(path, text_key, label_key)
+            t, lab, num = _read_jsonl(path, text_key, label_key, required)
         elif suffix in (".csv", ".tsv"):
-            t, lab, num = _read_table(path, text_key, label_key, "," if suffix == ".csv" else "\t")
+            delimiter = "," if suffix == ".csv" else "\t"
+            t, lab, num = _read_table(path, text_key, label_key, delimiter, required)
+        elif required:
+            raise ValueError(
+                f"{path}: a .txt file holds no labels, but label_key={label_key!r} was given: "
+                "use .jsonl / .csv / .tsv files for labelled texts, or leave label_key unset."
+            )
         else:
             t, lab, num = _read_txt(path)
         if not t:
