@@ -31,7 +31,8 @@ What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.
   :mod:`~datamodules.streaming.elastic`); later epochs are a fresh run's on the new layout.
   Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
 * **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
-  (and, in an epoch resumed on another layout, 8 bytes per record left in it).
+  (and, in an epoch resumed on another layout, the positions of this rank's share and of
+  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.remainder`).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and

@@ -55,7 +55,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
-from datamodules.streaming.elastic import Segment, buffer_rng, remainder, runs
+from datamodules.streaming.elastic import Segment, buffer_rng, runs
 from datamodules.streaming.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
@@ -68,6 +68,7 @@ from datamodules.streaming.layout import Plan, worker_done
 from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
 from datamodules.streaming.position import StreamPosition, check_int
 from datamodules.streaming.readers import Reader, ShardReader
+from datamodules.streaming.remainder import RemainingSequence, remaining_sequence
 from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
 
 __all__ = ["ShardedStream"]
@@ -199,14 +200,18 @@ class ShardedStream(StreamPosition, IterableDataset):
 
     def _segment_plan(
         self, epoch: int, segments: tuple[Segment, ...]
-    ) -> tuple[np.ndarray | None, Plan]:
-        """The sequence (None: the whole epoch) and layout of the segment after ``segments``."""
+    ) -> tuple[RemainingSequence | None, Plan]:
+        """The sequence (None: the whole epoch) and layout of the segment after ``segments``;
+        the sequence is built only where a worker reads it
+        (:mod:`~datamodules.streaming.remainder`)."""
         if not segments:
             return None, self._plan
         key = (epoch, segments)
         if self._cache is None or self._cache[0] != key:
             size = self.shuffle_buffer if self.shuffle else 0
-            seq = remainder(self.num_records, self.seed, epoch, size, self.drop_last, segments)
+            seq = remaining_sequence(
+                self.num_records, self.seed, epoch, size, self.drop_last, segments
+            )
             plan = Plan.make(len(seq), self.world_size, self.batch_size, self.drop_last)
             self._cache = (key, seq, plan)
         return self._cache[1], self._cache[2]
@@ -329,7 +334,7 @@ class ShardedStream(StreamPosition, IterableDataset):
         worker: int,
         workers: int,
         done: int,
-        seq: np.ndarray | None,
+        seq: RemainingSequence | None,
         plan: Plan,
         segment: int,
     ) -> Iterator[Any]:
@@ -345,7 +350,12 @@ class ShardedStream(StreamPosition, IterableDataset):
                 return self._read(order, cum, span.base + i, span.base + span.n)
 
         else:
-            pos = seq[(span.base + np.arange(span.n)) % len(seq)]
+            wrap = span.base + span.n > len(seq)  # a padded layout repeats from the start
+            pos = (
+                seq.take((span.base + np.arange(span.n)) % len(seq))
+                if wrap
+                else seq.take_range(span.base, span.base + span.n)
+            )
             self._plan_reads(order, cum, pos)
 
             def read_from(i: int) -> Iterator[Any]:
