@@ -140,7 +140,7 @@ def epoch_tokens(loader: Any) -> tuple[int, float]:
 
 
 def rss_anon_kb() -> int:
-    for line in open("/proc/self/status"):
+    for line in open("/proc/self/status"):  # noqa: SIM115 (read to the end)
         if line.startswith("RssAnon:"):
             return int(line.split()[1])
     return -1
@@ -255,7 +255,8 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-corpus-"))
     shutil.rmtree(work / "tokens", ignore_errors=True)
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
     )
     start = time.perf_counter()
     files = stdlib_texts()
@@ -264,7 +265,8 @@ def main() -> None:
     sample = files[:: max(1, len(files) // 200)]
     per_char = sum(len(e) for e in tokenizer.encode_batch(sample)) / sum(map(len, sample))
     print(
-        f"{len(files)} stdlib files; BPE of {tokenizer.get_vocab_size()} ids trained in {time.perf_counter() - start:.0f} s; {per_char:.3f} tokens/char"
+        f"{len(files)} stdlib files; BPE of {tokenizer.get_vocab_size()} ids trained in "
+        f"{time.perf_counter() - start:.0f} s; {per_char:.3f} tokens/char"
     )
     corpora = {}
     for name, target in (
@@ -275,7 +277,8 @@ def main() -> None:
         paths, count = write_shards(documents(files, target, per_char), work / name)
         corpora[name] = str(work / name / "*.jsonl")
         print(
-            f"{name}: {count:,} documents in {len(paths)} JSONL shards ({sum(os.path.getsize(p) for p in paths) / 1e6:.0f} MB)"
+            f"{name}: {count:,} documents in {len(paths)} JSONL shards "
+            f"({sum(os.path.getsize(p) for p in paths) / 1e6:.0f} MB)"
         )
     cache = work / "tokens"
 
@@ -376,13 +379,15 @@ def main() -> None:
     rate_first, rate_alone = tokens / first, tokens / alone
     print()
     print(
-        f"large store: {tokens:,} tokens, {len(first_dm.dataset):,} documents ({first_dm.dataset.encoded.tokens_np.dtype})"
+        f"large store: {tokens:,} tokens, {len(first_dm.dataset):,} documents "
+        f"({first_dm.dataset.encoded.tokens_np.dtype})"
     )
     print("| measure | figure | bar | |")
     print("|---|---|---|---|")
     row(
         "first setup (read, tokenize, write) vs `encode_batch` alone",
-        f"{rate_first / 1e6:.3f} M vs {rate_alone / 1e6:.3f} M tokens/s: **{rate_first / rate_alone:.2f}x**",
+        f"{rate_first / 1e6:.3f} M vs {rate_alone / 1e6:.3f} M tokens/s: "
+        f"**{rate_first / rate_alone:.2f}x**",
         ">= 0.85x",
         rate_first / rate_alone >= 0.85,
     )
@@ -400,20 +405,25 @@ def main() -> None:
         second / first < 0.01,
     )
     row(
-        f"`RssAnon` peak of a packed epoch, {tokens / 1e6:.0f} M-token store vs {small['tokens'] / 1e6:.1f} M",
-        f"{big['peak_kb'] / 1024:.0f} MB vs {small['peak_kb'] / 1024:.0f} MB: **+{above_mb:.0f} MB** ({big['batches']:,} vs {small['batches']:,} batches)",
+        f"`RssAnon` peak of a packed epoch, {tokens / 1e6:.0f} M-token store vs "
+        f"{small['tokens'] / 1e6:.1f} M",
+        f"{big['peak_kb'] / 1024:.0f} MB vs {small['peak_kb'] / 1024:.0f} MB: "
+        f"**+{above_mb:.0f} MB** ({big['batches']:,} vs {small['batches']:,} batches)",
         "<= 100 MB above",
         above_mb <= 100,
     )
     row(
-        f"packed batches, store vs in memory ({stored.dataset.num_tokens / 1e6:.1f} M tokens, 0 workers)",
-        f"{statistics.median(rates['store']) / 1e6:.1f} M vs {statistics.median(rates['memory']) / 1e6:.1f} M real tokens/s: **{fit_ratio:.2f}x**",
+        f"packed batches, store vs in memory ({stored.dataset.num_tokens / 1e6:.1f} M tokens, "
+        "0 workers)",
+        f"{statistics.median(rates['store']) / 1e6:.1f} M vs "
+        f"{statistics.median(rates['memory']) / 1e6:.1f} M real tokens/s: **{fit_ratio:.2f}x**",
         ">= 0.9x",
         fit_ratio >= 0.9,
     )
     row(
         "real tokens/s vs litdata `TokensLoader(2049)`, 2 workers each",
-        f"{statistics.median(versus['ours']) / 1e6:.1f} M vs {statistics.median(versus['litdata']) / 1e6:.1f} M: **{lit_ratio:.2f}x**",
+        f"{statistics.median(versus['ours']) / 1e6:.1f} M vs "
+        f"{statistics.median(versus['litdata']) / 1e6:.1f} M: **{lit_ratio:.2f}x**",
         ">= 2x",
         lit_ratio >= 2,
     )
@@ -431,10 +441,12 @@ def main() -> None:
         None,
     )
     print(
-        f"\n(litdata.optimize wrote the {stored.dataset.num_tokens / 1e6:.1f} M tokens in {lit_write:.0f} s; the whole run took {time.perf_counter() - start:.0f} s)"
+        f"\n(litdata.optimize wrote the {stored.dataset.num_tokens / 1e6:.1f} M tokens in "
+        f"{lit_write:.0f} s; the whole run took {time.perf_counter() - start:.0f} s)"
     )
     print(
-        f"repeats: {args.repeats}; store rates {[round(r / 1e6, 1) for r in rates['store']]}, memory {[round(r / 1e6, 1) for r in rates['memory']]}; ours {[round(r / 1e6, 1) for r in versus['ours']]}, litdata {[round(r / 1e6, 1) for r in versus['litdata']]}"
+        f"repeats: {args.repeats}; M tokens/s: "
+        + "; ".join(f"{k} {[round(r / 1e6, 1) for r in v]}" for k, v in {**rates, **versus}.items())
     )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

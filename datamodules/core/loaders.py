@@ -28,6 +28,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from datamodules.core.quiet import release_held_filters
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
@@ -115,6 +116,7 @@ class ResumableDataLoader(DataLoader):
         return len(self.sampler) if self._grouped else super().__len__()
 
     def __iter__(self) -> Iterator[Any]:
+        release_held_filters(self)  # Lightning has checked this loader by now
         sampler = self.sampler
         resuming = getattr(sampler, "_resume_epoch", None) == getattr(sampler, "epoch", None)
         self._yielded = first = sampler._resume_batch if resuming else 0

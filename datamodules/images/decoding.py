@@ -42,6 +42,12 @@ import torch
 
 PathLike = str | os.PathLike
 
+#: Extensions the decoder reads (torchvision's ``IMG_EXTENSIONS`` and GIF, which torchvision's
+#: ``ImageFolder`` leaves out by default, as ``extensions`` does here).
+DECODABLE: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif",
+)  # fmt: skip
+
 __all__ = ["ImageDecodeError", "decode_image"]
 
 

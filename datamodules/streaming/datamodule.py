@@ -31,7 +31,8 @@ What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.
   :mod:`~datamodules.streaming.elastic`); later epochs are a fresh run's on the new layout.
   Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
 * **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
-  (and, in an epoch resumed on another layout, 8 bytes per record left in it).
+  (and, in an epoch resumed on another layout, the positions of this rank's share and of
+  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.remainder`).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
@@ -55,7 +56,6 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -66,6 +66,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.quiet import HeldFilters
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.streaming.arguments import (
@@ -255,8 +256,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         self.dataset_factory = dataset_factory
         #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
         self.shards: dict[str, list[ShardIndex]] = {}
-        #: Bad records and unreadable shards left out under ``on_error="skip"``.
-        self.skipped = SkipCounter()
+        self._skips = SkipCounter()
         # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
         # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
         # live persistent workers freed that way never gets its stop signal to the workers:
@@ -282,6 +282,13 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         :meth:`read_shard` is overridden (default: one pass over it). Override for a faster
         count (e.g. from a header)."""
         return sum(1 for _ in self.read_shard(path))
+
+    @property
+    def skipped(self) -> SkipCounter:
+        """Bad records and unreadable shards left out under ``on_error="skip"``: a
+        :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
+        1,000), with complete counts per shard (``counts``, ``unreadable``)."""
+        return self._skips
 
     def _custom_reader(self) -> bool:
         return type(self).read_shard is not StreamingDataModule.read_shard
@@ -360,20 +367,20 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         when the factory has no such split)."""
         rank, world = self._rank_world()
         settings = self.loader_settings(split)
+        # Advice that does not apply to this loader, silenced while Lightning checks it (and,
+        # for torch's, while an iteration starts): see datamodules/core/quiet.py.
+        advice: list[tuple[str, type[Warning]]] = []
         if self.num_workers == AUTO:
             # "auto" chose this count on purpose: Lightning's advice to raise it and torch's to
             # stay within the CPU count (I/O-bound workers mostly wait) do not apply.
-            warnings.filterwarnings(
-                "ignore", message=FEW_WORKERS_WARNING, category=PossibleUserWarning
-            )
-            warnings.filterwarnings("ignore", message=_MANY_WORKERS, category=UserWarning)
+            advice.append((FEW_WORKERS_WARNING, PossibleUserWarning))
         if self.dataset_factory is not None:
             assert self.dataset_factory is not None
             dataset = self.dataset_factory(split, rank, world)
             loader = factory_loader(self, dataset, split, rank, world, settings.loader_kwargs())
         else:
             # Our length is exact on every rank and worker count (Lightning cannot know that).
-            warnings.filterwarnings("ignore", message=_ITERABLE_LEN, category=UserWarning)
+            advice.append((_ITERABLE_LEN, UserWarning))
             stream = self.make_stream(split, rank, world)
             loader = StreamLoader(
                 stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
@@ -390,6 +397,12 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
                     if restored_inside_finished_epoch(self._trainer(), pending, len(loader)):
                         ended = int(pending["ended_length"])
                         loader.on_second_batch = TrainerLength(self, stream, ended)
+        if loader is not None:
+            if advice:
+                loader.held_filters = HeldFilters(advice, loader)
+            loader.quiet_while_starting = (
+                [(_MANY_WORKERS, UserWarning)] if self.num_workers == AUTO else []
+            )
         if not self._logged:
             self._logged = True
             self._log_summary()

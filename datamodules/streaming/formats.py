@@ -175,10 +175,22 @@ def _bad(path: str, line: int, reason: str, on_error: str, counter: SkipCounter 
         counter.record(path, line, reason)
 
 
-def json_reason(err: ValueError) -> str:
-    if isinstance(err, json.JSONDecodeError):
-        return f"invalid JSON: {err.msg} at character {err.pos + 1}"
-    return f"invalid JSON: {err}"
+def json_reason(err: ValueError, raw: bytes) -> str:
+    """Why a JSONL line does not parse, with the column of the error within the line.
+
+    The line's break is not part of the record: an error at its end (a missing ``}``) is
+    reported at the last column, not at "column 1" of the next line, as ``json.loads`` of the
+    line with its ``\n`` would say.
+    """
+    if not isinstance(err, json.JSONDecodeError):
+        return f"invalid JSON: {err}"
+    try:
+        decode_json(raw.decode().rstrip("\r\n"))
+    except json.JSONDecodeError as bare:
+        err = bare
+    except ValueError:
+        pass
+    return f"invalid JSON: {err.msg} (column {err.colno})"
 
 
 def _decoded(lines: ShardLines, bad: list[tuple[int, str]]) -> Iterator[str]:
@@ -227,7 +239,7 @@ def csv_rows(
         yield line, offset, dict(zip(header, row, strict=False))
 
 
-def _csv_header(
+def csv_header(
     path: str, compression: str | None, options: RemoteOptions | None = None
 ) -> list[str] | None:
     lines = ShardLines(path, compression, options=options)
@@ -263,7 +275,7 @@ def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, c
             try:
                 rec = decode(raw.decode())
             except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                _bad(path, line, json_reason(err), on_error, counter)
+                _bad(path, line, json_reason(err, raw), on_error, counter)
                 continue
             if check:
                 check -= 1
@@ -276,15 +288,18 @@ def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, c
 
 
 def _read_txt(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
-    """Text records: each line without its line break."""
+    """Text records: each non-blank line without its line break (a line that is empty or only
+    whitespace is not a record, as in TextDataModule's ``.txt`` files)."""
     path, line = lines.path, lines.line
     try:
         for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
+            if line == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if raw.isspace() or not raw:
+                continue
             if check and on_error == "raise":
                 check -= 1
                 continue
-            if line == 1 and raw.startswith(BOM):
-                raw = raw[3:]
             try:
                 text = raw.decode()
             except UnicodeDecodeError as err:
@@ -359,7 +374,7 @@ def read_records(
         offset, line = index.offsets[slot], index.lines[slot] - 1
         skip = start - slot * index.every
         if fmt == "csv":
-            header = _csv_header(path, compression, options)
+            header = csv_header(path, compression, options)
     lines = ShardLines(path, compression, offset, line, options)
     try:
         n = None if stop is None else stop - start

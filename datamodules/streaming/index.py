@@ -40,7 +40,7 @@ from datamodules.streaming.formats import (
 from datamodules.streaming.parquet import parquet_file
 from datamodules.streaming.shard_index import ShardIndex
 
-_INDEX_VERSION = 2  # 2: size and version of the file
+_INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -143,8 +143,9 @@ def _load_cached(key: str, cache_dir: Any, path: str) -> ShardIndex | None:
         with open(file) as f:
             data = json.load(f)
         data["path"] = path
-        for name in ("offsets", "lines", "problems"):
-            data[name] = tuple(data[name])
+        for name in ("offsets", "lines", "columns"):
+            data[name] = tuple(data.get(name, ()))
+        data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
         return ShardIndex(**data)
     except (OSError, ValueError, TypeError):
         return None
@@ -164,20 +165,20 @@ def _store_cached(key: str, cache_dir: Any, index: ShardIndex) -> None:
         pass
 
 
-def _scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
+def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
     """Yields ``(line, offset)`` of each JSONL / text record, as the readers will see them:
-    under "raise" structurally (JSONL: non-blank lines), under "skip" only the valid ones."""
+    under "raise" structurally (non-blank lines), under "skip" only the valid ones."""
     for raw in lines:
         if lines.line == 1 and raw.startswith(BOM):
             raw = raw[3:]
+        if raw.isspace() or not raw:  # a blank line is not a record (JSONL and text)
+            continue
         if fmt == "jsonl":
-            if raw.isspace() or not raw:
-                continue
             if on_error == "skip":
                 try:
                     decode_json(raw.decode())
                 except ValueError as err:
-                    skips.record(lines.path, lines.line, json_reason(err))
+                    skips.record(lines.path, lines.line, json_reason(err, raw))
                     continue
         elif on_error == "skip":
             try:
@@ -198,7 +199,8 @@ def _scan(
     if fmt == "parquet":
         with parquet_file(path, options) as pf:
             count = pf.metadata.num_rows
-        return ShardIndex(path, fmt, None, "raise", count)
+            names = tuple(pf.schema_arrow.names)
+        return ShardIndex(path, fmt, None, "raise", count, columns=names)
     skips = SkipCounter(keep=KEEP_MESSAGES)
     every = _EVERY if compression is None else 0
     offsets: list[int] = []
@@ -209,7 +211,7 @@ def _scan(
         if fmt == "csv":  # rows may span lines: parse
             records = ((line, offset) for line, offset, _ in csv_rows(lines, on_error, skips))
         else:
-            records = _scan_lines(lines, fmt, on_error, skips)
+            records = scan_lines(lines, fmt, on_error, skips)
         for line, offset in records:
             if every and count % every == 0:
                 offsets.append(offset)
@@ -226,8 +228,8 @@ def _scan(
         every=every if offsets else 0,
         offsets=tuple(offsets),
         lines=tuple(line_nos),
-        skipped=skips.total,
-        problems=tuple(skips.messages),
+        skipped=skips.records,
+        problems=tuple(skips),
     )
 
 

@@ -26,6 +26,7 @@ from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
 from datamodules.text.inputs import (
     CHUNK_TEXTS,
+    DEFAULT_LABEL_KEY,
     Chunk,
     check_file_argument,
     find_files,
@@ -273,7 +274,7 @@ class TextCorpus:
             if not labels and not name.startswith("<"):
                 raise ValueError(f"{name}: no records (the file is empty or blank).")
             raw.extend(table_labels(name, labels))
-        labels = labels_of(raw, writer.where, self.label_key)
+        labels = labels_of(raw, writer.where, self.label_key or DEFAULT_LABEL_KEY)
         if labels is None:
             return {"label_names": None, "labelled": False}
         import numpy as np
@@ -314,10 +315,14 @@ class TextCorpus:
             "columns": columns,
         }
         material = {**self._material(), "inputs": [{"dataset": identity}]}
+        label_key = self.label_key or DEFAULT_LABEL_KEY
+        if self.label_key is not None and label_key not in columns:
+            raise ValueError(
+                f"texts: the Dataset has no column {label_key!r} (columns: {columns}); set "
+                "label_key to the column that holds the label (or leave it unset)."
+            )
         keys = [self.text_key] + (
-            [self.label_key]
-            if self.label_key in columns and self.label_key != self.text_key
-            else []
+            [label_key] if label_key in columns and label_key != self.text_key else []
         )
 
         def chunks() -> Any:
@@ -331,7 +336,7 @@ class TextCorpus:
                             f"texts: row {row + i + 1} of the Dataset's {self.text_key!r} "
                             f"column holds a {type(text).__name__} ({text!r}); expected a string."
                         )
-                labels = batch.column(self.label_key).to_pylist() if len(keys) == 2 else None
+                labels = batch.column(label_key).to_pylist() if len(keys) == 2 else None
                 yield 0, Chunk(texts, labels, list(range(row + 1, row + 1 + len(texts))))
                 row += len(texts)
 

@@ -33,7 +33,7 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
-from datamodules.core.hardware import AUTO
+from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
@@ -104,7 +104,9 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
-        label_key: JSON key or column of the label (absent: unlabelled).
+        label_key: JSON key or column of the label. None (default): the ``"label"`` key or
+            column when the records have one, else unlabelled texts; a key given explicitly
+            must be in every record (a typo raises in ``setup``).
         token_files: Instead of texts, a pre-tokenized corpus, mapped as it is: a Megatron-LM
             indexed dataset (a path prefix with ``.bin`` + ``.idx``), or a flat token file
             (``.bin`` / ``.npy``, nanoGPT style) split into documents at ``eos_id``
@@ -157,6 +159,7 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         ([[4, 2, 3], [4, 0, 0]], [0, 1], ['x', 'y'])
     """
 
+    fetch = GATHERED
     hparams_ignore = (*BaseDataModule.hparams_ignore, "texts", "labels", "tokenizer")
 
     def __init__(
@@ -168,7 +171,7 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         val_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         test_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         text_key: str = "text",
-        label_key: str = "label",
+        label_key: str | None = None,
         token_files: str | os.PathLike | None = None,
         dtype: str | None = None,
         eos_id: int | None = None,
@@ -213,7 +216,7 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
     ) -> None:
         super().__init__(**shared_arguments(locals()))
         for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str):
+            if not isinstance(key, str) and not (name == "label_key" and key is None):
                 raise TypeError(f"{name}={key!r} is not accepted: use a string.")
         check_text_arguments(
             tokenizer=tokenizer,

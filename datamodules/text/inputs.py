@@ -11,6 +11,11 @@ Formats, by extension (UTF-8; every error names the file and the line or row):
 * ``.parquet``: the ``text_key`` column (and ``label_key``, when the file has it), read a row
   group at a time, never the whole file.
 
+``label_key=None`` (TextDataModule's default) reads labels from the ``"label"`` key or column
+when the records have one, and leaves the texts unlabelled otherwise; a ``label_key`` given
+explicitly must be in every record (a typo raises at once, naming the file, the line and the
+keys found), and a ``.txt`` file, which holds no labels, refuses one.
+
 The line formats may be compressed (``.gz``, ``.zst``). Files may be local or remote
 (``http(s)://``, ``s3://``...): they are opened through :mod:`datamodules.remote`, with its
 storage options, retries and errors that name the URL and the status.
@@ -46,6 +51,8 @@ COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 CHUNK_TEXTS = 4096
 CHUNK_CHARS = 8 << 20
 _INT = re.compile(r"[+-]?\d+")
+#: The key or column read for labels when ``label_key`` is not given (labels when present).
+DEFAULT_LABEL_KEY = "label"
 
 
 def file_format(path: str) -> tuple[str, str | None] | None:
@@ -177,7 +184,9 @@ def _open(path: str, compression: str | None, options: RemoteOptions) -> Any:
         raise FileNotFoundError(f"{path}: no such file.") from None
 
 
-def _jsonl(path: str, handle: Any, text_key: str, label_key: str) -> Iterator[Chunk]:
+def _jsonl(
+    path: str, handle: Any, text_key: str, label_key: str, required: bool
+) -> Iterator[Chunk]:
     chunker = _Chunker(labelled=True)
     for number, raw in enumerate(handle, start=1):
         try:
@@ -187,7 +196,7 @@ def _jsonl(path: str, handle: Any, text_key: str, label_key: str) -> Iterator[Ch
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line.rstrip("\r\n"))  # the break would move the column
         except json.JSONDecodeError as error:
             raise ValueError(
                 f"{path}, line {number}: invalid JSON: {error.msg} (column {error.colno})."
@@ -201,6 +210,12 @@ def _jsonl(path: str, handle: Any, text_key: str, label_key: str) -> Iterator[Ch
             raise ValueError(
                 f"{path}, line {number}: no {text_key!r} key (keys: {sorted(record)}); set "
                 "text_key to the key that holds the text."
+            )
+        if required and label_key not in record:
+            raise ValueError(
+                f"{path}, line {number}: no {label_key!r} key (keys: {sorted(record)}); set "
+                "label_key to the key that holds the label (or leave it unset for texts "
+                "without labels)."
             )
         text = record[text_key]
         if not isinstance(text, str):
@@ -216,7 +231,7 @@ def _jsonl(path: str, handle: Any, text_key: str, label_key: str) -> Iterator[Ch
 
 
 def _table(
-    path: str, handle: Any, text_key: str, label_key: str, delimiter: str
+    path: str, handle: Any, text_key: str, label_key: str, delimiter: str, required: bool
 ) -> Iterator[Chunk]:
     number = 1
     stream = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
@@ -229,6 +244,12 @@ def _table(
             raise ValueError(
                 f"{path}, line 1: no column {text_key!r} in the header {header}; set text_key "
                 "to the column that holds the text."
+            )
+        if required and label_key not in header:
+            raise ValueError(
+                f"{path}, line 1: no column {label_key!r} in the header {header}; set "
+                "label_key to the column that holds the label (or leave it unset for texts "
+                "without labels)."
             )
         text_col = header.index(text_key)
         label_col = header.index(label_key) if label_key in header else None
@@ -274,7 +295,9 @@ def _txt(path: str, handle: Any) -> Iterator[Chunk]:
         yield chunk
 
 
-def _parquet(path: str, text_key: str, label_key: str, options: RemoteOptions) -> Iterator[Chunk]:
+def _parquet(
+    path: str, text_key: str, label_key: str, required: bool, options: RemoteOptions
+) -> Iterator[Chunk]:
     import pyarrow.parquet as pq
 
     handle = open_seekable_remote(path, options) if is_remote(path) else None
@@ -290,6 +313,11 @@ def _parquet(path: str, text_key: str, label_key: str, options: RemoteOptions) -
             raise ValueError(
                 f"{path}: no column {text_key!r} (columns: {names}); set text_key to the column "
                 "that holds the text."
+            )
+        if required and label_key not in names:
+            raise ValueError(
+                f"{path}: no column {label_key!r} (columns: {names}); set label_key to the "
+                "column that holds the label (or leave it unset for texts without labels)."
             )
         columns = [text_key] + ([label_key] if label_key in names and label_key != text_key else [])
         row = 0
@@ -315,9 +343,12 @@ def _parquet(path: str, text_key: str, label_key: str, options: RemoteOptions) -
 
 
 def read_documents(
-    path: str, text_key: str, label_key: str, options: RemoteOptions
+    path: str, text_key: str, label_key: str | None, options: RemoteOptions
 ) -> Iterator[Chunk]:
     """Yields the documents of one file, a :class:`Chunk` at a time (formats: module docstring).
+
+    ``label_key=None`` reads the ``"label"`` key or column when present; a key given must be
+    in every record.
 
     Labels of a CSV / TSV file are strings here; :func:`table_labels` makes them ints when the
     whole file's are.
@@ -331,15 +362,24 @@ def read_documents(
     if found is None:
         raise ValueError(f"{path!r} is not a file ending in " + accepted_names() + ".")
     fmt, compression = found
+    required = label_key is not None
+    label_key = DEFAULT_LABEL_KEY if label_key is None else label_key
+    if fmt == "txt" and required:
+        raise ValueError(
+            f"{path}: a .txt file holds no labels, but label_key={label_key!r} was given: "
+            "use .jsonl / .csv / .tsv / .parquet files for labelled texts, or leave label_key "
+            "unset."
+        )
     if fmt == "parquet":
-        yield from _parquet(path, text_key, label_key, options)
+        yield from _parquet(path, text_key, label_key, required, options)
         return
     handle = _open(path, compression, options)
     try:
         if fmt == "jsonl":
-            yield from _jsonl(path, handle, text_key, label_key)
+            yield from _jsonl(path, handle, text_key, label_key, required)
         elif fmt in ("csv", "tsv"):
-            yield from _table(path, handle, text_key, label_key, "," if fmt == "csv" else "\t")
+            delimiter = "," if fmt == "csv" else "\t"
+            yield from _table(path, handle, text_key, label_key, delimiter, required)
         else:
             yield from _txt(path, handle)
     finally:

@@ -18,7 +18,7 @@ import torch
 
 from datamodules.remote.files import is_remote, local_path
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.text.inputs import read_documents, table_labels
+from datamodules.text.inputs import DEFAULT_LABEL_KEY, read_documents, table_labels
 
 Label = int | str
 PathLike = str | os.PathLike
@@ -123,7 +123,10 @@ def records_from_memory(texts: Any, labels: Any = None) -> TextRecords:
 
 
 def read_text_files(
-    paths: Sequence[PathLike], text_key: str, label_key: str, options: RemoteOptions | None = None
+    paths: Sequence[PathLike],
+    text_key: str,
+    label_key: str | None,
+    options: RemoteOptions | None = None,
 ) -> TextRecords:
     """Reads and concatenates text files into memory (formats: :mod:`datamodules.text.inputs`).
 
@@ -155,7 +158,7 @@ def read_text_files(
         files.append(path)
     origins = (files, np.concatenate(file_index), np.concatenate(lines))
     records = TextRecords(texts, None, origins)
-    records.labels = labels_of(labels, records.where, label_key)
+    records.labels = labels_of(labels, records.where, label_key or DEFAULT_LABEL_KEY)
     return records
 
 

@@ -36,6 +36,7 @@ from datamodules import (
     TextDataModule,
 )
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
+from tests.datamodules.text.test_packing import token_ids
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -157,11 +158,6 @@ def image_case(tmp_path: Path) -> RichCase:
     )
 
 
-def packed_ids(batch: dict[str, torch.Tensor]) -> list[int]:
-    real = batch["document_ids"] >= 0
-    return (batch["document_ids"][real] * 1000 + batch["position_ids"][real]).tolist()
-
-
 def texts(n: int = 40) -> list[str]:
     words = ["alpha", "beta", "gamma", "delta", "eps"]
     return [" ".join(words[(i * 3 + j) % 5] for j in range(1 + i % 7)) for i in range(n)]
@@ -192,7 +188,7 @@ def packed_text_case(tmp_path: Path) -> RichCase:
             batch_size=3,
             num_workers=0,
         ),
-        batch_ids=packed_ids,
+        batch_ids=token_ids,
         unsaved={"tokenizer"},
         again=lambda: {"tokenizer": tokenizer},
     )
@@ -223,7 +219,7 @@ def store_text_case(tmp_path: Path) -> RichCase:
             batch_size=3,
             num_workers=0,
         ),
-        batch_ids=packed_ids,
+        batch_ids=token_ids,
         unsaved={"tokenizer"},
         again=lambda: {"tokenizer": tokenizer},
     )
@@ -246,7 +242,7 @@ def token_files_case(tmp_path: Path) -> RichCase:
             val_split=0.2,
             num_workers=0,
         ),
-        batch_ids=packed_ids,
+        batch_ids=token_ids,
         unsaved=set(),
     )
 

@@ -179,7 +179,7 @@ class TestWholeMode:
         assert len(counts) == 1, "the same number of rows every epoch"
         assert compositions[0] != compositions[1] != compositions[2]
         summary = dm.summary()
-        assert "0 split documents" in summary and "rows of 24 per epoch" in summary
+        assert "0 documents cut across rows" in summary and "rows of 24 per epoch" in summary
 
     def test_each_epoch_deals_equal_length_documents_to_one_best_fit_plan(self) -> None:
         dm = make(pack_mode="whole", seq_length=24)
@@ -292,7 +292,7 @@ class TestInspect:
         planner = dm.planner("train")
         fill = len(expected_ids(dm, "train")) / (planner.num_rows * L)
         assert f"{planner.num_rows} rows of 16 per epoch, real tokens {fill:.4f}" in summary
-        assert "split documents" in summary
+        assert "documents cut across rows" in summary
         lines = "\n".join(dm.describe_data())
         assert "packed rows" in lines and "train:" in lines
         written = dm.plot_batch(batch, tmp_path / "rows.png")
