@@ -27,7 +27,7 @@ from datamodules.remote.retrying import check_remote_options
 from datamodules.text.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
-    Chunk,
+    arrow_chunk,
     check_file_argument,
     find_files,
     read_documents,
@@ -328,17 +328,11 @@ class TextCorpus:
         def chunks() -> Any:
             row = 0
             arrow = dataset.select_columns(keys).with_format("arrow")
+            labels = label_key if len(keys) == 2 else None
             for batch in arrow.iter(batch_size=CHUNK_TEXTS):
-                texts = batch.column(self.text_key).to_pylist()
-                for i, text in enumerate(texts):
-                    if not isinstance(text, str):
-                        raise ValueError(
-                            f"texts: row {row + i + 1} of the Dataset's {self.text_key!r} "
-                            f"column holds a {type(text).__name__} ({text!r}); expected a string."
-                        )
-                labels = batch.column(label_key).to_pylist() if len(keys) == 2 else None
-                yield 0, Chunk(texts, labels, list(range(row + 1, row + 1 + len(texts))))
-                row += len(texts)
+                chunk = arrow_chunk(batch, self.text_key, labels, row, "texts (a datasets.Dataset)")
+                yield 0, chunk
+                row += len(chunk.texts)
 
         return self._store(
             material, ["<datasets.Dataset>"], chunks, f"a Dataset of {len(dataset):,} rows"

@@ -295,6 +295,24 @@ def _txt(path: str, handle: Any) -> Iterator[Chunk]:
         yield chunk
 
 
+def arrow_chunk(table: Any, text_key: str, label_key: str | None, row: int, name: str) -> Chunk:
+    """The documents of an Arrow table (a Parquet row group, a Dataset batch) that starts at
+    row ``row + 1`` of ``name``.
+
+    Raises:
+        ValueError: A text that is not a string, naming ``name`` and its row.
+    """
+    texts = table.column(text_key).to_pylist()
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(
+                f"{name}, row {row + i + 1}: {text_key!r} holds a {type(text).__name__} "
+                f"({text!r}); expected a string."
+            )
+    labels = table.column(label_key).to_pylist() if label_key is not None else None
+    return Chunk(texts, labels, list(range(row + 1, row + 1 + len(texts))))
+
+
 def _parquet(
     path: str, text_key: str, label_key: str, required: bool, options: RemoteOptions
 ) -> Iterator[Chunk]:
@@ -323,20 +341,14 @@ def _parquet(
         row = 0
         for group in range(pf.metadata.num_row_groups):
             table = pf.read_row_group(group, columns=columns, use_threads=False)
-            texts = table.column(text_key).to_pylist()
-            for i, text in enumerate(texts):
-                if not isinstance(text, str):
-                    raise ValueError(
-                        f"{path}, row {row + i + 1}: {text_key!r} holds a {type(text).__name__} "
-                        f"({text!r}); expected a string."
-                    )
-            labels = table.column(label_key).to_pylist() if len(columns) == 2 else None
-            lines = list(range(row + 1, row + 1 + len(texts)))
-            row += len(texts)
-            for start in range(0, len(texts), CHUNK_TEXTS):
+            chunk = arrow_chunk(
+                table, text_key, columns[1] if len(columns) == 2 else None, row, path
+            )
+            row += len(chunk.texts)
+            for start in range(0, len(chunk.texts), CHUNK_TEXTS):
                 stop = start + CHUNK_TEXTS
-                part = None if labels is None else labels[start:stop]
-                yield Chunk(texts[start:stop], part, lines[start:stop])
+                part = None if chunk.labels is None else chunk.labels[start:stop]
+                yield Chunk(chunk.texts[start:stop], part, chunk.lines[start:stop])
     finally:
         if handle is not None:
             handle.close()

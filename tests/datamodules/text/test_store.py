@@ -315,6 +315,27 @@ class TestDatasetInput:
             make(tmp_path / "cache", tokenizer, texts=dataset).setup("fit")
 
 
+class TestBadRecords:
+    def test_a_parquet_text_that_is_not_a_string_names_its_row(self, tmp_path, tokenizer):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "bad.parquet"
+        pq.write_table(pa.table({"text": ["a", "b", None, "d"]}), path, row_group_size=2)
+        with pytest.raises(ValueError, match=r"bad\.parquet, row 3: 'text' holds a NoneType"):
+            make(tmp_path / "cache", tokenizer, train_file=path).setup("fit")
+
+    def test_an_explicit_label_key_must_be_in_the_records(self, tmp_path, tokenizer):
+        write_jsonl(tmp_path / "a.jsonl", corpus(5), ["x"] * 5)
+        with pytest.raises(ValueError, match=r"a\.jsonl, line 1: no 'lable' key"):
+            make(
+                tmp_path / "cache", tokenizer, train_file=tmp_path / "a.jsonl", label_key="lable"
+            ).setup()
+        dataset = datasets.Dataset.from_dict({"text": corpus(5)})
+        with pytest.raises(ValueError, match=r"the Dataset has no column 'y'"):
+            make(tmp_path / "cache", tokenizer, texts=dataset, label_key="y").setup()
+
+
 class TestArguments:
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),
