@@ -9,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tensor", "images", "text", "streaming")
+#: Shared layers: what two data kinds need, below both (they import core only).
+SHARED = ("remote",)
 MAX_LINES = 500
 MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -47,13 +49,15 @@ def allowed(source: str, target: str) -> bool:
         return target == "core"
     if source == "tools":
         return target in ("core", "collates")
-    # a data kind: core, tools and collates, never another data kind
-    return target in ("core", "tools", "collates")
+    if source in SHARED:
+        return target == "core"  # below the kinds: never a kind, a tool or another layer
+    # a data kind: core, tools, collates and the shared layers, never another data kind
+    return target in ("core", "tools", "collates", *SHARED)
 
 
 def test_the_layout_has_every_area() -> None:
     areas = {area(module_name(p)) for p in MODULES}
-    assert areas == {"root", "core", "tools", "collates", *KINDS}
+    assert areas == {"root", "core", "tools", "collates", *KINDS, *SHARED}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -84,6 +88,10 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     # The checker itself: a core module importing a tool, and a kind importing another kind.
     assert not allowed("core", "tools") and not allowed("text", "streaming")
     assert not allowed("collates", "core") and allowed("images", "tools")
+    # A shared layer sits below the kinds: they import it, it imports none of them.
+    assert allowed("text", "remote") and allowed("streaming", "remote")
+    assert not allowed("remote", "streaming") and not allowed("remote", "tools")
+    assert not allowed("core", "remote") and not allowed("collates", "remote")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}

@@ -330,6 +330,7 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
             view,
             sampler=sampler,
             reuse_batch_memory=self.reuse_batch_memory,
+            batches_per_message=getattr(view, "batches_per_message", 1),
             **settings.loader_kwargs(),
         )
         if self.num_workers in (AUTO, TUNE):

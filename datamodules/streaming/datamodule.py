@@ -65,9 +65,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
-from datamodules.core.hparams import set_hparam
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.quiet import HeldFilters
+from datamodules.remote.cache import ShardCache
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.streaming.arguments import (
     check_files,
     check_mixing,
@@ -76,11 +77,6 @@ from datamodules.streaming.arguments import (
     remote_options,
 )
 from datamodules.streaming.batching import Chain, factory_loader, stream_collate
-from datamodules.streaming.cache import ShardCache
-from datamodules.streaming.credentials import (
-    checkpoint_storage_options,
-    restored_storage_options,
-)
 from datamodules.streaming.errors import SkipCounter
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.index import ShardIndex
@@ -141,7 +137,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         source_key: With Sources: each (dict) record gets its source's name in this field.
         storage_options: Passed to fsspec for remote shards (e.g. an S3 ``endpoint_url``,
             ``key``, ``secret``), as pandas and HF datasets do. Checkpoints keep them without
-            the credentials (:mod:`datamodules.streaming.credentials`).
+            the credentials (:mod:`datamodules.remote.credentials`).
         retries: Retries of a transient remote failure (HTTP 5xx and 429, a reset or cut
             connection, S3 throttling, no byte within ``timeout``), with exponential backoff
             and jitter, resumed at the byte offset already read. Permanent failures (404, 403,
@@ -244,11 +240,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         self.remote, limit = remote_options(
             storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
         )
-        saved_options, credentials = checkpoint_storage_options(storage_options)
-        if credentials:
-            set_hparam(self, "storage_options", saved_options)
-            for name in credentials:
-                self.unsaved_arguments[f"storage_options.{name}"] = "a credential"
+        save_without_credentials(self, storage_options)
         self.epoch_size, self.source_key = epoch_size, source_key
         self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).

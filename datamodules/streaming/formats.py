@@ -18,7 +18,7 @@ Formats, chosen by extension (``.gz`` / ``.zst`` compression allowed for the lin
 * ``.parquet``: one dict per row, read a row group at a time (never the whole file).
 
 Remote shards go through fsspec (``http(s)://``, ``s3://`` with s3fs installed, ...); opening
-them is :mod:`datamodules.streaming.remote`, Parquet is :mod:`datamodules.streaming.parquet`.
+them is :mod:`datamodules.remote.files`, Parquet is :mod:`datamodules.streaming.parquet`.
 
 Bad records (invalid JSON or UTF-8, a CSV row with the wrong number of fields) raise
 :class:`RecordError` naming the shard and the line. With ``on_error="skip"`` they are skipped
@@ -30,15 +30,16 @@ decoded raises :class:`ShardError`; under ``"skip"`` it is reported and holds no
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datamodules.remote.files import decompress, open_binary
+from datamodules.remote.listing import expand_files as list_files
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import (
     OnError,
     RecordError,
@@ -47,15 +48,6 @@ from datamodules.streaming.errors import (
     check_on_error,
 )
 from datamodules.streaming.parquet import read_parquet
-from datamodules.streaming.remote import (
-    decompress,
-    default_options,
-    is_remote,
-    local_path,
-    open_binary,
-    remote_fs,
-)
-from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 
 if TYPE_CHECKING:
     from datamodules.streaming.shard_index import ShardIndex
@@ -106,61 +98,13 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
     return fmt, compression
 
 
-def _has_magic(spec: str) -> bool:
-    return any(c in spec for c in "*?[")
-
-
 def expand_files(
     spec: str | os.PathLike | Iterable[str | os.PathLike], options: RemoteOptions | None = None
 ) -> list[str]:
-    """Turns a shard specification into a list of shard paths/URLs.
-
-    Args:
-        spec: A path or URL; a glob (``"data/*.jsonl"``, ``"s3://b/train-*.parquet"``; local
-            globs may use ``**``); a local directory (its files with a supported extension);
-            or a list of any of those. Globs and directories expand sorted; a list keeps its
-            order.
-
-    Returns:
-        The shards, each once.
-
-    Raises:
-        ValueError: Nothing matched, or a shard is listed twice (it would be read twice).
-    """
-    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
-    out: list[str] = []
-    for item in items:
-        item = os.fspath(item)
-        if is_remote(item):
-            if _has_magic(item):
-                fs, pattern = remote_fs(item, options)
-                opts = options or default_options()
-                paths = call_with_retries(item, opts, lambda fs=fs, p=pattern: fs.glob(p))
-                found = sorted(fs.unstrip_protocol(p) if "://" not in p else p for p in paths)
-            else:
-                found = [item]
-        else:
-            local = local_path(item)
-            if _has_magic(local):
-                found = sorted(p for p in glob.glob(local, recursive=True) if os.path.isfile(p))
-            elif os.path.isdir(local):
-                found = sorted(
-                    str(p) for p in Path(local).rglob("*") if p.is_file() and _known(str(p))
-                )
-            else:
-                found = [local]
-        if not found:
-            raise ValueError(f"no shard matches {item!r}.")
-        out.extend(found)
-    if not out:
-        raise ValueError(f"no shards given: {spec!r}.")
-    seen: set[str] = set()
-    for path in out:
-        key = path if is_remote(path) else os.path.abspath(path)
-        if key in seen:
-            raise ValueError(f"shard {path!r} is listed twice; its records would be read twice.")
-        seen.add(key)
-    return out
+    """Turns a shard specification into a list of shards (see
+    :func:`datamodules.remote.listing.expand_files`); a directory gives its files with a
+    supported extension."""
+    return list_files(spec, options, known=_known)
 
 
 def _known(path: str) -> bool:

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from datamodules.remote.listing import cache_root, file_version
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import (
     KEEP_MESSAGES,
     OnError,
@@ -36,8 +38,6 @@ from datamodules.streaming.formats import (
     json_reason,
 )
 from datamodules.streaming.parquet import parquet_file
-from datamodules.streaming.remote import default_options, is_remote, local_path, remote_fs
-from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 from datamodules.streaming.shard_index import ShardIndex
 
 _INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
@@ -48,41 +48,11 @@ _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
 def default_cache_dir() -> str:
-    """``$DATAMODULES_CACHE`` or ``$XDG_CACHE_HOME/datamodules`` (``~/.cache/datamodules``)."""
-    root = os.environ.get("DATAMODULES_CACHE")
-    if root:
-        return os.path.join(root, "shard_index")
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(xdg, "datamodules", "shard_index")
+    """``$DATAMODULES_CACHE/shard_index`` or ``~/.cache/datamodules/shard_index``."""
+    return cache_root("shard_index")
 
 
 _MEMO: dict[str, ShardIndex] = {}
-_VALIDATORS = (
-    "ETag",
-    "etag",
-    "md5Hash",
-    "LastModified",
-    "Last-Modified",
-    "last_modified",
-    "updated",
-    "mtime",
-    "generation",
-)
-
-
-def _fingerprint(path: str, options: RemoteOptions | None = None) -> dict[str, Any] | None:
-    """What identifies this version of the shard; None if it cannot be told apart."""
-    if not is_remote(path):
-        local = local_path(path)
-        st = os.stat(local)
-        return {"path": os.path.abspath(local), "size": st.st_size, "mtime": st.st_mtime_ns}
-    opts = options or default_options()
-    fs, fpath = call_with_retries(path, opts, lambda: remote_fs(path, opts))
-    info = call_with_retries(path, opts, lambda: fs.info(fpath))
-    found = {k: str(info[k]) for k in _VALIDATORS if info.get(k)}
-    if not found or info.get("size") is None:
-        return None
-    return {"path": path, "size": info["size"], **found}
 
 
 def index_shard(
@@ -118,7 +88,7 @@ def index_shard(
     fmt, compression = detect_format(path, fmt)
     mode = on_error if fmt != "parquet" else "raise"
     try:
-        fp = _fingerprint(path, options)
+        fp = file_version(path, options)
     except Exception as err:  # missing file, no such URL, no permission
         return _unreadable(path, fmt, compression, on_error, err, counter)
     key = None

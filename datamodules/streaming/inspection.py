@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from datamodules.core.summary import counted, unsaved_lines
-from datamodules.streaming.remote import is_remote
+from datamodules.remote.files import is_remote
 from datamodules.streaming.splits import SPLITS
 
 

@@ -34,7 +34,7 @@ class TextInspection:
         lines = [
             f"  tokenizer: {name}, vocab_size={self.vocab_size}, pad_id={self.pad_id}, "
             f"max_length={self.max_length}",
-            f"  tokens: {int(lengths.sum())} in one flat buffer; length mean "
+            f"  tokens: {int(lengths.sum())} {self._token_home()}; length mean "
             f"{float(lengths.mean()):.1f}, max {int(lengths.max())}",
         ]
         if self.label_names is not None:
@@ -58,6 +58,17 @@ class TextInspection:
             )
         lines.append(line)
         return lines
+
+    def _token_home(self) -> str:
+        """Where the tokens are: one flat buffer, or the token store / token file mapped."""
+        homes = []
+        for source in self._sources:
+            path = getattr(source, "path", None) or getattr(source, "name", None)
+            if path is not None:
+                homes.append(f"{path} ({source.encoded.tokens_np.dtype.name})")
+        if not homes:
+            return "in one flat buffer"
+        return "memory-mapped from " + ", ".join(homes)
 
     def describe_data(self) -> list[str]:
         """What ``python -m datamodules inspect`` prints about the texts, per split.

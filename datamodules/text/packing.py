@@ -150,6 +150,11 @@ class PackedTextView(SplitView):
     row``), it returns the batch dict of :mod:`collates.packing` (``document_ids`` are
     positions in the split).
 
+    A packed batch is cheap to build (about 0.1 ms for 8 rows of 2,048), so with workers eight
+    of them travel as one message (``batches_per_message``; see
+    :mod:`datamodules.core.loaders`): indexed with a list of row-id batches, the view returns
+    the list of their batches.
+
     Args:
         encoded: The tokenized texts of the split's source.
         indices: Positions of the split's documents in ``encoded``.
@@ -157,6 +162,8 @@ class PackedTextView(SplitView):
         planner: The split's pack planner.
         pad_id: Id written at padding.
     """
+
+    batches_per_message = 8
 
     def __init__(
         self,
@@ -182,7 +189,9 @@ class PackedTextView(SplitView):
         """The epoch's pack plan (see :class:`PackPlanner`)."""
         return self.planner.plan(epoch)
 
-    def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
+    def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
+        if isinstance(batch, list):  # several batches for one worker message
+            return [self[b] for b in batch]
         epoch, rows = self._rows(batch)
         out = gather_rows(self.encoded.tokens_np, self.row_table(epoch), rows, self.pad_id)
         return self.transform(out) if self.transform is not None else out

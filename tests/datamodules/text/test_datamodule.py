@@ -321,7 +321,7 @@ class TestBadInput:
             ((["a", "b"], [1, 2.5]), {}, TypeError, r"labels\[1\]: label 2.5 \(float\)"),
             ((), {}, ValueError, "needs data"),
             ((["a"],), {"train_file": "x.jsonl"}, ValueError, "not both"),
-            ((), {"train_file": "data.parquet"}, ValueError, r"train_file='data.parquet'"),
+            ((), {"train_file": "data.xlsx"}, ValueError, r"train_file=.data.xlsx."),
             ((["a"],), {"tokenizer": "bpe"}, ValueError, "tokenizer='bpe'"),
             ((["a"],), {"tokenizer": 3}, TypeError, "tokenizer=3"),
             ((["a"],), {"padding_side": "top"}, ValueError, "padding_side='top'"),
