@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.hardware import AUTO
+from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.views import SplitView, TensorBatchView
 
@@ -139,6 +139,7 @@ class TensorDataModule(BaseDataModule):
         (torch.Size([10, 3]), torch.Size([10]))
     """
 
+    fetch = GATHERED
     hparams_ignore = (*BaseDataModule.hparams_ignore, "tensors")
 
     def __init__(
@@ -246,6 +247,19 @@ class TensorDataModule(BaseDataModule):
 
     def make_view(self, split: str, dataset: Tensors, indices: torch.Tensor) -> SplitView:
         return TensorBatchView(dataset, indices, self.transform_for(split))
+
+    @property
+    def num_classes(self) -> int | None:
+        """Number of classes: the largest label + 1, when the labels (``label_key``, or the
+        default label tensor) are 1-D integers; None without such labels."""
+        self._require_setup()
+        try:
+            labels = self._label_tensor(self.dataset)
+        except ValueError:  # no label tensor
+            return None
+        if labels.dim() != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            return None
+        return int(labels.max()) + 1 if labels.numel() else 0
 
     @property
     def tensors(self) -> Tensors:

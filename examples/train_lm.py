@@ -1,15 +1,20 @@
-"""Train a small byte-level causal transformer on the Python standard library with packing.
+"""Train a small causal transformer on the Python standard library, packed, from a token store.
 
 The corpus needs no download: the ``.py`` files of this Python's own standard library
 (``sysconfig.get_paths()["stdlib"]``, tests and site-packages left out), one document per
-file, split by file into train and validation. ``TextDataModule(packing=True)`` packs the
-files' bytes into rows of ``--seq-length`` tokens; the model keeps attention within each
-document with a block-diagonal causal mask built from ``document_ids`` (SDPA), and rotary
-position embeddings from ``position_ids`` (which go on counting when a file continues into
-the next row).
+file, written once as JSONL shards under ``--cache``. The tokenizer is real: a byte-level BPE
+(``--vocab`` ids, ``<pad>`` = 0) that the first run trains on those files with Hugging Face
+``tokenizers`` and saves beside them. ``TextDataModule(train_file=shards, tokenizer=bpe)``
+reads the shards through the token store: the first run tokenizes them into it, every later
+run maps it and starts at once. The documents are split by file into train and validation.
 
-``--batching bucket`` trains the same model on the same bytes without packing: each file cut
-into chunks of at most ``--seq-length`` bytes, batched by length buckets and padded, for the
+``TextDataModule(packing=True)`` packs the tokens into rows of ``--seq-length``; the model
+keeps attention within each document with a block-diagonal causal mask built from
+``document_ids`` (SDPA), and rotary position embeddings from ``position_ids`` (which go on
+counting when a file continues into the next row).
+
+``--batching bucket`` trains the same model on the same files without packing: each file cut
+into chunks of at most ``--seq-length`` tokens, batched by length buckets and padded, for the
 comparison in the docs (real tokens/s, validation loss after the same wall time).
 
 Run: ``python examples/train_lm.py`` (3 minutes of training on 2 CPU cores, then the
@@ -20,7 +25,9 @@ make it shorter.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sysconfig
 import time
 import warnings
@@ -29,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -42,12 +48,7 @@ warnings.filterwarnings(
     "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
 )
 
-VOCAB = 257  # bytes 0..255 as ids 1..256; 0 pads
-
-
-def byte_ids(text: str) -> np.ndarray:
-    """The tokenizer: a text's UTF-8 bytes, shifted by one so that id 0 is only padding."""
-    return np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8).astype(np.int64) + 1
+PAD = "<pad>"  # id 0: padding only
 
 
 def stdlib_sources(max_files: int | None = None) -> list[str]:
@@ -57,6 +58,45 @@ def stdlib_sources(max_files: int | None = None) -> list[str]:
     files = sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in files[:max_files]]
     return [t for t in texts if t]
+
+
+def default_cache() -> Path:
+    """``$DATAMODULES_CACHE/examples/train_lm``, else ``~/.cache/datamodules/examples/train_lm``."""
+    root = os.environ.get("DATAMODULES_CACHE") or Path.home() / ".cache" / "datamodules"
+    return Path(root) / "examples" / "train_lm"
+
+
+def write_shards(texts: Sequence[str], folder: Path, shards: int = 8) -> str:
+    """The corpus as JSONL shards (one file's text a line), written once; returns their glob."""
+    if not (folder / "done").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in range(shards):
+            lines = "".join(json.dumps({"text": t}) + "\n" for t in texts[k::shards])
+            (folder / f"part-{k:02d}.jsonl").write_text(lines)
+        (folder / "done").touch()
+    return str(folder / "part-*.jsonl")
+
+
+def bpe_tokenizer(texts: Sequence[str], vocab: int, path: Path) -> Any:
+    """A byte-level BPE of ``vocab`` ids trained on ``texts`` (``<pad>`` = 0), saved at
+    ``path`` and loaded from there by later runs."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=[PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return tokenizer
 
 
 def chunks(texts: Sequence[str], size: int) -> list[str]:
@@ -123,28 +163,32 @@ class Block(nn.Module):
 
 
 class TinyLM(pl.LightningModule):
-    """A small causal transformer over bytes; attention stays within each document.
+    """A small causal transformer; attention stays within each document.
 
     Args:
+        vocab: Token ids (the tokenizer's vocabulary size).
         dim: Model width.
         layers: Transformer blocks.
         heads: Attention heads.
         lr: AdamW learning rate.
     """
 
-    def __init__(self, dim: int = 128, layers: int = 2, heads: int = 4, lr: float = 2e-3) -> None:
+    def __init__(
+        self, vocab: int = 257, dim: int = 128, layers: int = 2, heads: int = 4, lr: float = 2e-3
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.embed = nn.Embedding(VOCAB, dim)
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, VOCAB)
+        self.head = nn.Linear(dim, vocab)
         self.real_tokens = 0
 
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor
     ) -> torch.Tensor:
-        """Logits (B, L, VOCAB) of the next byte at every position."""
+        """Logits (B, L, vocab) of the next token at every position."""
         mask = document_mask(document_ids)
         x = self.embed(input_ids)
         for block in self.blocks:
@@ -155,7 +199,7 @@ class TinyLM(pl.LightningModule):
         batch = lm_inputs(batch)
         logits = self(batch["input_ids"], batch["position_ids"], batch["document_ids"])
         targets = batch["labels"][:, 1:]  # the model shifts (Hugging Face's convention)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), targets.reshape(-1))
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, self.vocab), targets.reshape(-1))
         return loss, int((targets != -100).sum())
 
     def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
@@ -172,24 +216,34 @@ class TinyLM(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=0.01)
 
 
-def make_datamodule(texts: list[str], args: argparse.Namespace) -> TextDataModule:
-    """Packed rows (``--batching pack``) or padded length buckets of chunks (``bucket``)."""
+def make_datamodule(
+    shards: str, texts: list[str], tokenizer: Any, args: argparse.Namespace
+) -> TextDataModule:
+    """Packed rows from the token store (``--batching pack``) or padded length buckets of
+    chunks (``bucket``)."""
     common: dict[str, Any] = {
-        "tokenizer": byte_ids,
-        "pad_id": 0,
+        "tokenizer": tokenizer,
         "val_split": 0.1,
         "batch_size": args.batch_size,
         "num_workers": args.workers,
     }
     if args.batching == "pack":
         return TextDataModule(
-            texts, packing=True, seq_length=args.seq_length, pack_mode="split", **common
+            train_file=shards,
+            token_cache=args.cache / "tokens",
+            packing=True,
+            seq_length=args.seq_length,
+            pack_mode="split",
+            **common,
         )
-    # The baseline: the same files, split by file the same way, cut into chunks.
+    # The baseline: the same files, split by file the same way, cut into chunks of tokens.
     split = TextDataModule(texts, **common)
     split.setup("fit")
     parts = {s: [texts[i] for i in split.split_indices[s].tolist()] for s in ("train", "val")}
-    train, val = chunks(parts["train"], args.seq_length), chunks(parts["val"], args.seq_length)
+    train, val = (
+        chunks(parts["train"], args.seq_length * 3),
+        chunks(parts["val"], args.seq_length * 3),
+    )
     splits = {"train": list(range(len(train))), "val": list(range(len(train), len(train + val)))}
     common["val_split"] = 0
     return TextDataModule(train + val, splits=splits, max_length=args.seq_length, **common)
@@ -208,16 +262,28 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--max-files", type=int, default=None)
     parser.add_argument("--val-batches", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=4096)
+    parser.add_argument("--cache", type=Path, default=None, help="shards, tokenizer, store")
     args = parser.parse_args(argv)
     pl.seed_everything(0, verbose=False)
+    args.cache = (args.cache or default_cache()) / f"files-{args.max_files or 'all'}"
     texts = stdlib_sources(args.max_files)
-    dm = make_datamodule(texts, args)
+    shards = write_shards(texts, args.cache / "shards")
+    tokenizer = bpe_tokenizer(texts, args.vocab, args.cache / f"bpe-{args.vocab}.json")
+    dm = make_datamodule(shards, texts, tokenizer, args)
+    start = time.perf_counter()
     dm.setup("fit")
+    setup_seconds = time.perf_counter() - start
+    where = "in memory"
+    if hasattr(dm.dataset, "built"):  # a token store
+        done = "tokenized into" if dm.dataset.built else "mapped"
+        where = f"{done} the token store {dm.dataset.path}"
     print(
-        f"{len(texts)} stdlib files, {sum(map(len, texts)) / 1e6:.1f} M characters; "
+        f"{len(texts)} stdlib files, {sum(map(len, texts)) / 1e6:.1f} M characters, "
+        f"{dm.vocab_size}-id BPE; setup {setup_seconds:.2f} s ({where}); "
         f"batching={args.batching}, {len(dm.train_dataloader())} train batches per epoch"
     )
-    model = TinyLM(dim=args.dim, layers=args.layers)
+    model = TinyLM(vocab=dm.vocab_size, dim=args.dim, layers=args.layers)
     trainer = pl.Trainer(
         max_time={"seconds": int(args.max_minutes * 60)},
         max_steps=args.max_steps,
@@ -247,9 +313,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         "tokens_per_s": model.real_tokens / seconds,
         "steps": float(trainer.global_step),
         "seconds": seconds,
+        "setup_seconds": setup_seconds,
     }
     print(
-        f"val loss {figures['val_loss']:.3f} nats/byte ({figures['val_loss'] / math.log(2):.2f} "
+        f"val loss {figures['val_loss']:.3f} nats/token ({figures['val_loss'] / math.log(2):.2f} "
         f"bits) after {trainer.global_step} steps in {seconds:.0f} s; "
         f"{figures['tokens_per_s']:,.0f} real tokens/s ({args.batching})"
     )

@@ -9,8 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tensor", "images", "text", "streaming")
-#: Layers below the data kinds, each holding what two kinds need (named for what it holds).
-SHARED = ("imaging",)
+#: Shared layers: what two data kinds need, below both, named for what they hold (they import
+#: core and collates only): remote reads (streams and text), image decoding and transforms
+#: (image folders and image streams).
+SHARED = ("remote", "imaging")
 MAX_LINES = 500
 MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -48,17 +50,17 @@ def allowed(source: str, target: str) -> bool:
         return False  # collates imports nothing from datamodules
     if source == "core":
         return target == "core"
-    if source in SHARED:  # below every kind: core and collates only, no other shared layer
-        return target in ("core", "collates")
     if source == "tools":
         return target in ("core", "collates")
-    # a data kind: core, the shared layers, tools and collates, never another data kind
-    return target in ("core", *SHARED, "tools", "collates")
+    if source in SHARED:  # below the kinds: never a kind, a tool or another layer
+        return target in ("core", "collates")
+    # a data kind: core, tools, collates and the shared layers, never another data kind
+    return target in ("core", "tools", "collates", *SHARED)
 
 
 def test_the_layout_has_every_area() -> None:
     areas = {area(module_name(p)) for p in MODULES}
-    assert areas == {"root", "core", "tools", "collates", *SHARED, *KINDS}
+    assert areas == {"root", "core", "tools", "collates", *KINDS, *SHARED}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -89,10 +91,13 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     # The checker itself: a core module importing a tool, and a kind importing another kind.
     assert not allowed("core", "tools") and not allowed("text", "streaming")
     assert not allowed("collates", "core") and allowed("images", "tools")
-    # A shared layer serves the kinds above it and imports none of them, nor a tool.
+    # A shared layer sits below the kinds: they import it, it imports none of them.
+    assert allowed("text", "remote") and allowed("streaming", "remote")
     assert allowed("images", "imaging") and allowed("streaming", "imaging")
-    assert not allowed("imaging", "images") and not allowed("imaging", "streaming")
-    assert not allowed("imaging", "tools") and not allowed("core", "imaging")
+    assert not allowed("remote", "streaming") and not allowed("remote", "tools")
+    assert not allowed("imaging", "images") and not allowed("imaging", "remote")
+    assert not allowed("core", "remote") and not allowed("collates", "remote")
+    assert not allowed("core", "imaging") and not allowed("collates", "imaging")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}

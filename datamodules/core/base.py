@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -38,6 +37,7 @@ from datamodules.core.context import (
 )
 from datamodules.core.hardware import (
     AUTO,
+    FETCHED,
     TUNE,
     LoaderSettings,
     TuneResult,
@@ -47,7 +47,9 @@ from datamodules.core.hooks import tool
 from datamodules.core.hparams import given_arguments, make_hparams_plain
 from datamodules.core.keywords import CheckedKeywords
 from datamodules.core.loaders import ResumableDataLoader
+from datamodules.core.quiet import HeldFilters
 from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
+from datamodules.core.skipped import Skipped
 from datamodules.core.split_state import SplitState
 from datamodules.core.splits import (
     SPLIT_NAMES,
@@ -66,14 +68,18 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
 
     Args:
         batch_size: Samples per batch, per process under DDP.
-        val_split: Fraction in [0, 1) or whole count of samples for validation; ignored when
-            a validation set is given explicitly (``splits`` or a subclass's own source).
+        val_split: A fraction in [0, 1) (a float, always: ``1.0`` is refused) or a count of
+            samples (an int) for validation; ignored when a validation set is given
+            explicitly (``splits`` or a subclass's own source).
         test_split: The same for the test split.
         split_seed: Seeds the split generator (``torch.Generator().manual_seed``): the same
             split on every rank, every run and every ``setup`` call.
         splits: Explicit indices ``{"train": idx, "val": idx, "test": idx}`` instead of a
             random split (``val``/``test`` optional).
         stratify: Keep each class's proportion in every split (labels from :meth:`labels`).
+            The default is False everywhere except where the labels are classes by
+            construction (``ImageFolderDataModule``: True). Continuous labels (floats that
+            are not whole numbers) are refused.
         num_workers: An int, or ``"auto"`` (from the CPUs of this process, the local world
             size and the kind of work; see :mod:`datamodules.core.hardware`), or ``"tune"``
             (measured by :meth:`tune_loader` when the first loader is built).
@@ -92,6 +98,9 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
     """
 
     work: ClassVar[str] = "memory"
+    #: With ``work="memory"``: how a batch is made, as ``summary()`` says it (the default view
+    #: fetches samples one by one; a view that gathers a batch in one call says so).
+    fetch: ClassVar[str] = FETCHED
     #: Constructor arguments that are data or callables, kept out of ``hparams`` (a string
     #: given for one of them is saved); see :mod:`datamodules.core.hparams`.
     hparams_ignore: ClassVar[tuple[str, ...]] = ("train_transforms", "eval_transforms", "splits")
@@ -295,6 +304,7 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
             local_world_size=local_world,
             accelerator=accelerator,
             prefetch_factor=self.prefetch_factor if tuned is None else tuned.prefetch_factor,
+            fetch=self.fetch,
         )
         if tuned is not None:
             settings = tuned.explain(settings)
@@ -316,17 +326,17 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
         if getattr(self._trainer(), "overfit_batches", 0):  # the same batches every epoch
             sampler = OverfitBatchSampler(sampler)
         settings = self.loader_settings(split)
-        if self.num_workers in (AUTO, TUNE):
-            # "auto" chose this count on purpose; Lightning's advice to raise it does not apply.
-            warnings.filterwarnings(
-                "ignore", message=FEW_WORKERS_WARNING, category=PossibleUserWarning
-            )
         loader = ResumableDataLoader(
             view,
             sampler=sampler,
             reuse_batch_memory=self.reuse_batch_memory,
+            batches_per_message=getattr(view, "batches_per_message", 1),
             **settings.loader_kwargs(),
         )
+        if self.num_workers in (AUTO, TUNE):
+            # "auto" chose this count on purpose: Lightning's advice to raise it does not
+            # apply to this loader (only while Lightning checks it; see core/quiet.py).
+            loader.held_filters = HeldFilters([(FEW_WORKERS_WARNING, PossibleUserWarning)], loader)
         if split == "train":
             loader.consumed_batches = WeakCall(self._consumed_batches)
             loader.find_trainer = WeakCall(self._trainer)
@@ -414,6 +424,12 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
             f"{type(self).__name__} has no test or validation samples to predict on: set "
             "test_split or val_split."
         )
+
+    @property
+    def skipped(self) -> Skipped:
+        """Samples left out under ``on_error="skip"``: a list of ``(where, why)`` pairs, the
+        same type in every DataModule (empty for those that never skip)."""
+        return Skipped()
 
     # ------------------------------------------------------------------ summary
     def summary(self) -> str:

@@ -16,10 +16,15 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from datamodules.core.samplers import current_rank_and_world
 
-#: The library's logger; DataModules log their summary here once, on rank 0.
+#: The library's logger; DataModules log their summary here once, on rank 0, at INFO.
 log = logging.getLogger("datamodules")
-if not log.handlers:
-    log.setLevel(logging.INFO)
+# As Lightning does for its own logger: only when the application has configured no logging
+# (the root logger has no handler) does the library print through a handler of its own.
+# Otherwise its records propagate to the application's handlers (logging.basicConfig,
+# pytest's caplog), and its level is the user's: a level set before the import is kept.
+if not logging.getLogger().hasHandlers() and not log.handlers:
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
     log.addHandler(logging.StreamHandler())
     log.propagate = False
 

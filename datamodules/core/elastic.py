@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -61,6 +62,45 @@ class Segment:
             int(data["batches"]),
             None if data.get("max_tokens") is None else int(data["max_tokens"]),
         )
+
+
+def even_batch_sizes(n_samples: int, n_batches: int, batch_size: int) -> list[int]:
+    """Cuts ``n_samples`` into exactly ``n_batches`` batches of at most ``batch_size``.
+
+    All batches are full except the last one; when a plain cut would leave the last batch
+    empty (a rank holding one sample fewer than another, at a batch boundary), the last two
+    batches share one batch's worth, so that no batch is empty.
+
+    Args:
+        n_samples: Samples to place; must satisfy ``n_batches <= n_samples``.
+        n_batches: Batches to produce.
+        batch_size: Largest batch.
+
+    Returns:
+        The batch sizes, summing to ``n_samples``.
+    """
+    if n_batches == 0:
+        return []
+    if not n_batches <= n_samples <= n_batches * batch_size:
+        raise ValueError(
+            f"cannot cut {n_samples} samples into {n_batches} non-empty batches of at most "
+            f"{batch_size}."
+        )
+    last = n_samples - batch_size * (n_batches - 1)
+    if last >= 1:
+        return [batch_size] * (n_batches - 1) + [last]
+    # A share one sample short of a batch boundary: the last two batches split one batch.
+    # Filling greedily from the front, each batch takes what the remaining ones can spare.
+    sizes = []
+    remaining = n_samples
+    for slot in range(n_batches):
+        left_after = n_batches - slot - 1
+        size = min(batch_size, remaining - left_after)
+        if left_after == 1:
+            size = min(size, (remaining + 1) // 2)
+        sizes.append(size)
+        remaining -= size
+    return sizes
 
 
 #: ``cut(positions, segment_or_none) -> global batches``: how a sampler cuts positions of its
@@ -153,3 +193,133 @@ def remaining_positions(
                 done[batch] = True
         remaining = remaining[~done[remaining]]
     return remaining
+
+
+# ---------------------------------------------------------------------- at scale
+# The same remainder and layout for batches of samples, in O(this rank's share): the bulk of
+# what an epoch has left is one run of positions, so nothing per sample is built for the
+# other ranks. ``remaining_positions`` / ``deal`` stay the definition; tests compare the two.
+
+
+@dataclass(frozen=True)
+class Remainder:
+    """Positions of the epoch order not delivered yet, in order: ``head`` (explicit, sorted,
+    each below ``start``), then the run ``[start, stop)``."""
+
+    head: torch.Tensor
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return len(self.head) + self.stop - self.start
+
+    def drop(self, m: int) -> Remainder:
+        """The remainder without its first ``m`` positions."""
+        if m <= len(self.head):
+            return Remainder(self.head[m:], self.start, self.stop)
+        return Remainder(self.head[:0], min(self.stop, self.start + m - len(self.head)), self.stop)
+
+    def take(self, offset: int, size: int) -> torch.Tensor:
+        """Positions ``[offset, offset + size)`` of the remainder (int64)."""
+        k = len(self.head)
+        parts = []
+        if offset < k:
+            parts.append(self.head[offset : min(k, offset + size)])
+        lo, hi = max(offset, k) - k + self.start, offset + size - k + self.start
+        if hi > lo:
+            parts.append(torch.arange(lo, hi, dtype=torch.int64))
+        return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else self.head[:0]
+
+
+def first_remainder(
+    n: int, world: int, batch_size: int, num_batches: int, consumed: int, drop_last: bool
+) -> Remainder | None:
+    """What the first run of an epoch (rank ``r`` of ``world`` takes positions ``r, r + world,
+    ...``, cut into ``num_batches`` even batches) left after ``consumed`` batches per rank;
+    None when a rank of that run was padded (a split too small for its ranks)."""
+    empty = torch.empty(0, dtype=torch.int64)
+    if drop_last:
+        end = num_batches * batch_size * world
+        return Remainder(empty, min(consumed, num_batches) * batch_size * world, end)
+    if n // world < num_batches:  # some rank repeats samples: the exact way handles it
+        return None
+    if consumed == 0:
+        return Remainder(empty, 0, n)
+    if consumed <= num_batches - 2:  # every batch before the last two is full
+        return Remainder(empty, consumed * batch_size * world, n)
+    counts = []
+    before = max(num_batches - 2, 0)  # batches before the last two are full
+    for rank in range(world):
+        share = n // world + (1 if rank < n % world else 0)
+        tail = even_batch_sizes(share - before * batch_size, num_batches - before, batch_size)
+        counts.append(before * batch_size + sum(tail[: consumed - before]))
+    low = min(counts) * world
+    region = torch.arange(low, n, dtype=torch.int64)
+    keep = region // world >= torch.tensor(counts, dtype=torch.int64)[region % world]
+    return Remainder(region[keep], n, n)
+
+
+def dealt_pieces(
+    length: int, world: int, batch_size: int, drop_last: bool
+) -> tuple[np.ndarray, int] | None:
+    """The sizes of the pieces :func:`deal` makes of ``length`` positions cut into batches of
+    ``batch_size`` (piece ``j`` goes to rank ``j mod world``), and how many single positions
+    it repeats after them; None where ``deal`` would split more than one batch in two per
+    extra piece (a remainder with fewer batches than ranks: the exact way handles it)."""
+    nb = -(-length // batch_size)
+    sizes = np.full(nb, batch_size, dtype=np.int64)
+    if nb:
+        sizes[-1] = length - batch_size * (nb - 1)
+    if drop_last:
+        if nb and sizes[-1] < sizes[0]:
+            sizes = sizes[:-1]
+        return sizes[: (len(sizes) // world) * world], 0
+    total = -(-nb // world) * world
+    extra = min(total, length) - nb
+    if extra > 0:
+        full = np.flatnonzero(sizes == batch_size)
+        if batch_size < 2 or extra > len(full):
+            return None
+        # split_into_pieces halves the largest batches first, earliest first: these.
+        halves = np.ones(nb, dtype=np.int64)
+        halves[full[:extra]] = 2
+        first = np.where(halves == 2, -(-sizes // 2), sizes)
+        second = sizes // 2
+        sizes = np.stack([first, second], axis=1).reshape(-1)[
+            np.stack([np.ones(nb, dtype=bool), halves == 2], axis=1).reshape(-1)
+        ]
+    return sizes, total - min(total, length)
+
+
+def fast_rank_layout(
+    first: Remainder,
+    segments: Sequence[Segment],
+    world: int,
+    rank: int,
+    batch_size: int,
+    drop_last: bool,
+) -> tuple[list[torch.Tensor], int] | None:
+    """This rank's batches of positions after ``segments[1:]`` consumed their share of
+    ``first`` (what the first run left), and how many positions the new layout repeats;
+    None where the exact way must be used. Equal to :func:`remaining_positions` followed by
+    :func:`deal` for batches of samples."""
+    remainder = first
+    for segment in segments[1:]:
+        dealt = dealt_pieces(len(remainder), segment.world, segment.batch_size or 1, drop_last)
+        if dealt is None:
+            return None
+        sizes, _ = dealt
+        remainder = remainder.drop(int(sizes[: segment.batches * segment.world].sum()))
+    dealt = dealt_pieces(len(remainder), world, batch_size, drop_last)
+    if dealt is None:
+        return None
+    sizes, repeated = dealt
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    batches = [
+        remainder.take(int(offsets[j]), int(sizes[j])) for j in range(rank, len(sizes), world)
+    ]
+    length = len(remainder)
+    for j in range(len(sizes), len(sizes) + repeated):  # single positions from the start
+        if j % world == rank:
+            batches.append(remainder.take((j - len(sizes)) % length, 1))
+    return batches, repeated

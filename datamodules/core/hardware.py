@@ -147,12 +147,14 @@ def validate_prefetch_factor(value: Any) -> None:
         )
 
 
-def _auto_workers(work: str, cpus_per_rank: int) -> tuple[int, str]:
+#: How an in-memory DataModule makes a batch, as the ``num_workers`` reason says it.
+GATHERED = "batches are gathered from tensors in memory with one indexing call"
+FETCHED = "samples are fetched one by one from memory and collated"
+
+
+def _auto_workers(work: str, cpus_per_rank: int, fetch: str = GATHERED) -> tuple[int, str]:
     if work == "memory":
-        return 0, (
-            "auto: batches are gathered from tensors in memory with one indexing call; "
-            "a worker's IPC would cost more than the gather"
-        )
+        return 0, f"auto: {fetch}; a worker's IPC would cost more than the work it saves"
     if work == "decode":
         if cpus_per_rank <= 1:
             return 0, "auto: 1 CPU for this rank, so decoding stays in the training process"
@@ -175,6 +177,7 @@ def resolve_loader_settings(
     local_world_size: int = 1,
     accelerator: str | None = None,
     prefetch_factor: int | str | None = AUTO,
+    fetch: str = GATHERED,
 ) -> LoaderSettings:
     """Resolves loader settings from ``"auto"`` or explicit values (rules: module docstring).
 
@@ -189,6 +192,8 @@ def resolve_loader_settings(
         accelerator: The Trainer's accelerator as a lower-case name (``"cuda"``, ``"cpu"``,
             ``"mps"``...), or None when unknown.
         prefetch_factor: An int >= 1, None, or ``"auto"``.
+        fetch: For ``work="memory"``: how a batch is made, as the reason says it
+            (:data:`GATHERED` or :data:`FETCHED`).
 
     Returns:
         The concrete settings, with a reason for each.
@@ -214,7 +219,7 @@ def resolve_loader_settings(
     reasons: dict[str, str] = {}
 
     if num_workers in (AUTO, TUNE):
-        workers, reasons["num_workers"] = _auto_workers(work, cpus_per_rank)
+        workers, reasons["num_workers"] = _auto_workers(work, cpus_per_rank, fetch)
         if num_workers == TUNE:
             auto_reason = reasons["num_workers"]
             reasons["num_workers"] = f"tune (not measured yet, 'auto' until then): {auto_reason}"

@@ -24,7 +24,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, SequentialSampler
 
-from datamodules.core.elastic import Segment, deal, remaining_positions
+from datamodules.core.elastic import (
+    Segment,
+    deal,
+    even_batch_sizes,
+    fast_rank_layout,
+    first_remainder,
+    remaining_positions,
+)
 
 
 def current_rank_and_world() -> tuple[int, int]:
@@ -41,45 +48,6 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> None:
         )
     if value < minimum:
         raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
-
-
-def even_batch_sizes(n_samples: int, n_batches: int, batch_size: int) -> list[int]:
-    """Cuts ``n_samples`` into exactly ``n_batches`` batches of at most ``batch_size``.
-
-    All batches are full except the last one; when a plain cut would leave the last batch
-    empty (a rank holding one sample fewer than another, at a batch boundary), the last two
-    batches share one batch's worth, so that no batch is empty.
-
-    Args:
-        n_samples: Samples to place; must satisfy ``n_batches <= n_samples``.
-        n_batches: Batches to produce.
-        batch_size: Largest batch.
-
-    Returns:
-        The batch sizes, summing to ``n_samples``.
-    """
-    if n_batches == 0:
-        return []
-    if not n_batches <= n_samples <= n_batches * batch_size:
-        raise ValueError(
-            f"cannot cut {n_samples} samples into {n_batches} non-empty batches of at most "
-            f"{batch_size}."
-        )
-    last = n_samples - batch_size * (n_batches - 1)
-    if last >= 1:
-        return [batch_size] * (n_batches - 1) + [last]
-    # A share one sample short of a batch boundary: the last two batches split one batch.
-    # Filling greedily from the front, each batch takes what the remaining ones can spare.
-    sizes = []
-    remaining = n_samples
-    for slot in range(n_batches):
-        left_after = n_batches - slot - 1
-        size = min(batch_size, remaining - left_after)
-        if left_after == 1:
-            size = min(size, (remaining + 1) // 2)
-        sizes.append(size)
-        remaining -= size
-    return sizes
 
 
 class IndexBatchSampler(DistributedSampler):
@@ -115,8 +83,12 @@ class IndexBatchSampler(DistributedSampler):
 
     #: Whether a checkpoint of packed rows (a state with ``"packing"``) is this sampler's.
     resumes_packed_rows = False
-    #: What the sampler deals out, as ``summary()`` names it.
-    unit = "samples"
+    #: What the sampler deals out, as ``summary()`` names it (singular).
+    unit = "sample"
+    #: Below this many positions an elastic resume takes the exact, materialized way
+    #: (:func:`~datamodules.core.elastic.remaining_positions`), above it the one in
+    #: O(this rank's share); both give the same batches.
+    exact_below = 1 << 16
 
     def __init__(
         self,
@@ -233,16 +205,43 @@ class IndexBatchSampler(DistributedSampler):
         if self._elastic is None or self._elastic[0] != epoch:
             first = self.with_layout(self._segments[0])
             order = first.epoch_order(epoch)
-            self._elastic_order = order
-            left = remaining_positions(
-                first.position_layout(epoch), self._segments, len(order), self.cut_positions,
-                self.drop_last,
-            )  # fmt: skip
-            layout, self.resume_repeats = deal(
-                left, self.num_replicas, self.cut_positions, None, self.drop_last
-            )
-            self._elastic = (epoch, order, layout[self.rank])
+            self._elastic_order = order  # a cut by token budget reads the samples' costs
+            fast = self._fast_elastic_layout(first, len(order))
+            if fast is not None:
+                mine, self.resume_repeats = fast
+            else:
+                left = remaining_positions(
+                    first.position_layout(epoch), self._segments, len(order),
+                    self.cut_positions, self.drop_last,
+                )  # fmt: skip
+                layout, self.resume_repeats = deal(
+                    left, self.num_replicas, self.cut_positions, None, self.drop_last
+                )
+                mine = layout[self.rank]
+            self._elastic = (epoch, order, mine)
         return self._elastic[1], self._elastic[2]
+
+    def _fast_elastic_layout(
+        self, first: IndexBatchSampler, size: int
+    ) -> tuple[list[torch.Tensor], int] | None:
+        """This rank's part of the resumed epoch in O(its share), for batches of samples
+        (:func:`~datamodules.core.elastic.fast_rank_layout`); None where the layout is cut
+        some other way (length buckets, token budgets) or the split is small."""
+        plain = all(
+            getattr(type(self), name) is getattr(IndexBatchSampler, name)
+            for name in ("cut_positions", "position_layout", "_batches_from")
+        )
+        if not plain or size < self.exact_below:
+            return None
+        start = first_remainder(
+            size, first.num_replicas, first.batch_size, first._num_batches,
+            self._segments[0].batches, self.drop_last,
+        )  # fmt: skip
+        if start is None:
+            return None
+        return fast_rank_layout(
+            start, self._segments, self.num_replicas, self.rank, self.batch_size, self.drop_last
+        )
 
     def epoch_length(self) -> int:
         """Batches the next iteration's epoch counts on this rank, resumed batches included."""
@@ -275,19 +274,25 @@ class IndexBatchSampler(DistributedSampler):
         self.epoch = previous.next_epoch
 
     def permutation(self, epoch: int) -> torch.Tensor:
-        """Returns the epoch's order of all sample indices (the same on every rank)."""
+        """Returns the epoch's order of all sample indices (the same on every rank).
+
+        int32 when the indices fit (half the memory of int64, and torch draws the very same
+        permutation); batches are handed out as int64 all the same.
+        """
+        n = self.dataset_size
+        dtype = torch.int32 if n < 2**31 else torch.int64
         if not self.shuffle:
-            return torch.arange(self.dataset_size, dtype=torch.int64)
+            return torch.arange(n, dtype=dtype)
         generator = torch.Generator().manual_seed(self.seed + epoch)
-        return torch.randperm(self.dataset_size, generator=generator)
+        return torch.randperm(n, generator=generator, dtype=dtype)
 
     def batches(self, epoch: int) -> list[torch.Tensor]:
         """Returns this rank's batches of ``epoch`` as index tensors (views, no copies)."""
         return self._batches_from(self.permutation(epoch), self.rank)
 
     def _batches_from(self, perm: torch.Tensor, rank: int) -> list[torch.Tensor]:
-        """Rank ``rank``'s batches of an epoch whose order is ``perm``."""
-        share = perm[rank :: self.num_replicas]
+        """Rank ``rank``'s batches of an epoch whose order is ``perm`` (int64 index tensors)."""
+        share = perm[rank :: self.num_replicas].to(torch.int64)
         n_batches = self._num_batches
         if self.drop_last:
             share = share[: n_batches * self.batch_size]
@@ -295,7 +300,7 @@ class IndexBatchSampler(DistributedSampler):
         n, w = self.dataset_size, self.num_replicas
         padded = max(0, n_batches - (n // w + (1 if rank < n % w else 0)))
         if padded:
-            share = torch.cat([share, perm[:padded]])
+            share = torch.cat([share, perm[:padded].to(torch.int64)])
         sizes = even_batch_sizes(len(share), n_batches, self.batch_size)
         return list(share.split(sizes))
 
@@ -310,7 +315,7 @@ class IndexBatchSampler(DistributedSampler):
             self._resume_epoch = None
         if self._segments and epoch == self._resume_epoch_of_segments:
             order, positions = self._elastic_layout()
-            batches = [order[p] for p in positions]
+            batches = [order[p].to(torch.int64) for p in positions]
             done = sum(s.batches for s in self._segments)
             self._consumed_epoch = epoch
             for i, batch in enumerate(batches):

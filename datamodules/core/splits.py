@@ -21,15 +21,16 @@ SplitSize = int | float
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 
 
-def _is_whole_count(value: Any) -> bool:
-    """A float such as 5.0 (as config parsers produce) is a count when it is >= 1."""
-    return isinstance(value, float) and value >= 1.0 and value.is_integer()
+def is_count(value: Any) -> bool:
+    """Whether a split size is a count of samples: an int (a float is always a fraction)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def validate_split_size(value: Any, name: str) -> None:
-    """Raises if ``value`` is neither a fraction in [0, 1) nor a whole count >= 0.
+    """Raises if ``value`` is neither a fraction in [0, 1) nor a count >= 0.
 
-    A whole float >= 1 (``5.0``, as config files may give) counts as a count.
+    A float is a fraction, always (``1.0`` and ``5.0`` are refused, as in a YAML config that
+    means a count but wrote a float); only an int is a count.
 
     Args:
         value: The user's value.
@@ -42,9 +43,9 @@ def validate_split_size(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{name}={value!r} ({type(value).__name__}) is not accepted: "
-            "use a fraction in [0, 1) or a whole count >= 0."
+            "use a fraction in [0, 1) (a float) or a count of samples >= 0 (an int)."
         )
-    if isinstance(value, numbers.Integral) or _is_whole_count(value):
+    if is_count(value):
         if value < 0:
             raise ValueError(f"{name}={value!r} is not accepted: a count must be >= 0.")
         return
@@ -59,11 +60,7 @@ def validate_split_pair(val_split: SplitSize, test_split: SplitSize) -> None:
     """Raises if the two split sizes are invalid, or their fractions sum to 1 or more."""
     validate_split_size(val_split, "val_split")
     validate_split_size(test_split, "test_split")
-    fractions = [
-        v
-        for v in (val_split, test_split)
-        if not (isinstance(v, numbers.Integral) or _is_whole_count(v))
-    ]
+    fractions = [v for v in (val_split, test_split) if not is_count(v)]
     if sum(float(v) for v in fractions) >= 1.0:
         raise ValueError(
             f"val_split={val_split!r} and test_split={test_split!r} sum to "
@@ -91,7 +88,7 @@ def split_sizes(n: int, val_split: SplitSize, test_split: SplitSize) -> tuple[in
     validate_split_pair(val_split, test_split)
 
     def count(v: SplitSize) -> int:
-        if isinstance(v, numbers.Integral) or _is_whole_count(v):
+        if is_count(v):
             return int(v)
         return math.floor(float(v) * n + 0.5)
 
@@ -164,6 +161,28 @@ def stratified_split_indices(
         joined = torch.cat(split_parts) if split_parts else torch.empty(0, dtype=torch.int64)
         out.append(joined[torch.randperm(len(joined), generator=generator)])
     return out
+
+
+def check_class_labels(labels: torch.Tensor | np.ndarray | Sequence[Any]) -> None:
+    """Refuses continuous labels for a stratified split, as scikit-learn's
+    ``type_of_target`` does: floats that are not all whole numbers are not classes.
+
+    Raises:
+        ValueError: Naming the problem: how many distinct values, an example, and what to do.
+    """
+    values = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels)
+    if values.dtype.kind != "f" or not len(values):
+        return
+    fractional = values[np.isfinite(values) & (values != np.round(values))]
+    if len(fractional) or not np.isfinite(values).all():
+        example = fractional[0] if len(fractional) else values[~np.isfinite(values)][0]
+        distinct = len(np.unique(values))
+        raise ValueError(
+            f"stratify=True needs class labels, but these are continuous: float values such "
+            f"as {float(example)!r}, {distinct} distinct among {len(values)} samples, would "
+            "each be a class of their own. Stratify on classes (ints, or floats that are whole "
+            "numbers; bin continuous targets first), or set stratify=False."
+        )
 
 
 def _controlled_rounding(class_counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -294,6 +313,7 @@ def compute_split_indices(
             raise ValueError(
                 f"labels() returned {len(found)} labels for {n} samples: need one each."
             )
+        check_class_labels(found)
         parts = stratified_split_indices(found, sizes, seed)
     else:
         parts = random_split_indices(n, sizes, seed)

@@ -10,6 +10,13 @@ import math
 from typing import Any
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 batch"``, ``"2 batches"``: a count with its noun in the right number."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {plural or (noun + 'es' if noun.endswith(('s', 'ch', 'x')) else noun + 's')}"
+
+
 def summary_lines(dm: Any) -> list[str]:
     """The lines of ``dm.summary()`` for a :class:`~datamodules.BaseDataModule`."""
     lines = [f"{type(dm).__name__}"]
@@ -27,7 +34,7 @@ def summary_lines(dm: Any) -> list[str]:
         per_rank = math.ceil(sampler.dataset_size / world)
         lines.append(
             f"  train: batch_size={dm.batch_size} per process, world={world}, "
-            f"{per_rank} {sampler.unit} and {len(sampler)} batches per rank, "
+            f"{counted(per_rank, sampler.unit)} and {counted(len(sampler), 'batch')} per rank, "
             f"shuffle={dm.shuffle}, drop_last={dm.drop_last}"
         )
     settings = dm._settings.get("train") or dm.loader_settings("train")

@@ -30,13 +30,16 @@ from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.skipped import Skipped
 from datamodules.core.views import SplitView
 from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
 from datamodules.imaging.batches import SkipLog
+from datamodules.imaging.decoding import DECODABLE
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
+    as_height_width,
     default_eval_transforms,
     default_train_transforms,
     to_float,
@@ -81,7 +84,8 @@ class ImageFolderDataModule(BaseDataModule):
         val_root: A folder of the same layout used as the validation split (instead of
             ``val_split``).
         test_root: The same for the test split.
-        image_size: Side of the square images the default transforms produce.
+        image_size: What the default transforms produce: the side of square images, or
+            ``(height, width)``, as torchvision's transforms take it.
         normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
         mean: Per-channel mean (ImageNet's by default).
         std: Per-channel standard deviation (ImageNet's by default).
@@ -100,11 +104,11 @@ class ImageFolderDataModule(BaseDataModule):
 
     def __init__(
         self,
-        root: str,
+        root: str | os.PathLike,
         *,
-        val_root: str | None = None,
-        test_root: str | None = None,
-        image_size: int = 224,
+        val_root: str | os.PathLike | None = None,
+        test_root: str | os.PathLike | None = None,
+        image_size: int | tuple[int, int] = 224,
         normalize: bool = True,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
@@ -134,8 +138,8 @@ class ImageFolderDataModule(BaseDataModule):
         for name, value in (("root", root), ("val_root", val_root), ("test_root", test_root)):
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise TypeError(f"{name}={value!r} is not accepted: use a folder path.")
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-            raise ValueError(f"image_size={image_size!r} is not accepted: use an int >= 1.")
+        height, width = as_height_width(image_size)
+        image_size = image_size if isinstance(image_size, int) else (height, width)
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r} is not accepted: use one of {ON_ERROR}.")
         for name, stats in (("mean", mean), ("std", std)):
@@ -179,6 +183,16 @@ class ImageFolderDataModule(BaseDataModule):
             )
         if self.on_error == "skip":
             self.skip_log = SkipLog()
+        readable = sorted(set(self.index.ignored) & set(DECODABLE))
+        if readable:
+            counts = ", ".join(f"{ext}: {self.index.ignored[ext]}" for ext in readable)
+            warnings.warn(
+                f"ImageFolderDataModule: {self.root} holds images that extensions= leaves out "
+                f"({counts} file(s)); the decoder reads them: pass extensions=(*IMG_EXTENSIONS, "
+                f"{', '.join(map(repr, readable))}) to use them.",
+                UserWarning,
+                stacklevel=2,
+            )
         return self.index
 
     def split_sources(self) -> dict[str, ImageFolderIndex]:
@@ -240,6 +254,11 @@ class ImageFolderDataModule(BaseDataModule):
         return self.index.classes
 
     @property
+    def num_classes(self) -> int:
+        """Number of classes (``len(classes)``), for the model's output layer."""
+        return len(self.classes)
+
+    @property
     def class_to_idx(self) -> dict[str, int]:
         """Class name -> class index."""
         self._require_setup()
@@ -254,12 +273,13 @@ class ImageFolderDataModule(BaseDataModule):
         return self.index.samples
 
     @property
-    def skipped(self) -> list[tuple[str, str]]:
-        """(path, reason) of every file skipped so far with ``on_error="skip"``."""
+    def skipped(self) -> Skipped:
+        """``(path, reason)`` of every file skipped so far with ``on_error="skip"``: a
+        :class:`~datamodules.core.skipped.Skipped` list."""
         if self.skip_log is None:
-            return []
+            return Skipped()
         self.skip_log.read_new()
-        return list(self.skip_log.total)
+        return Skipped(self.skip_log.total)
 
     def report_skipped(self) -> None:
         """Warns about the files skipped since the last report (called at each epoch's end)."""
@@ -363,9 +383,16 @@ class ImageFolderDataModule(BaseDataModule):
         counts = np.bincount(self.index.targets, minlength=len(self.index.classes))
         per_class = ", ".join(f"{c}={n}" for c, n in zip(self.index.classes, counts, strict=True))
         lines = [f"  classes: {len(self.index.classes)} ({per_class[:300]})"]
+        if self.index.ignored:
+            total = sum(self.index.ignored.values())
+            kinds = ", ".join(f"{ext}: {n}" for ext, n in self.index.ignored.items())
+            lines.append(
+                f"  ignored: {total} file(s) whose extension is not in extensions= ({kinds})"
+            )
         scaled = "float, normalised" if self.normalize else "float in [0, 1]"
         lines.append(
-            f"  images: uint8 {self.image_size}x{self.image_size} out of the loader, {scaled} "
+            f"  images: uint8 {'x'.join(map(str, as_height_width(self.image_size)))} out of the "
+            f"loader, {scaled} "
             f"on the device; on_error={self.on_error!r}"
         )
         if self.skip_log is not None:

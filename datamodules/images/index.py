@@ -11,6 +11,7 @@ are touched ("copy-on-read").
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -59,13 +60,15 @@ class ImageFolderIndex:
         classes: Class names; index ``i`` names class ``i``. Defaults to
             ``["0", "1", ..., str(max(targets))]``.
         root: The folder the samples came from, if any (informational).
+        ignored: Files of the folder left out for their extension, counted by extension
+            (what :func:`scan_image_folder` found; ``summary()`` reports it).
 
     Raises:
         ValueError: ``paths`` and ``targets`` differ in length, a target is out of range,
             class names repeat, or ``targets`` is not one-dimensional integers.
     """
 
-    __slots__ = ("_buffer", "_offsets", "_targets", "classes", "class_to_idx", "root")
+    __slots__ = ("_buffer", "_offsets", "_targets", "classes", "class_to_idx", "root", "ignored")
 
     def __init__(
         self,
@@ -74,6 +77,7 @@ class ImageFolderIndex:
         classes: Sequence[str] | None = None,
         *,
         root: PathLike | None = None,
+        ignored: Mapping[str, int] | None = None,
     ) -> None:
         encoded = [os.fsencode(p) for p in paths]
         lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
@@ -117,6 +121,7 @@ class ImageFolderIndex:
         self.classes: list[str] = classes
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(classes)}
         self.root: str | None = None if root is None else os.fspath(root)
+        self.ignored: dict[str, int] = dict(ignored or {})
 
     @classmethod
     def from_samples(
@@ -308,6 +313,7 @@ def scan_image_folder(
     paths: list[str] = []
     targets: list[int] = []
     empty: list[str] = []
+    ignored: Counter[str] = Counter()
     for index, name in enumerate(classes):
         start = len(paths)
         class_dir = os.path.join(directory, name)
@@ -315,6 +321,8 @@ def scan_image_folder(
             for fname in sorted(files):
                 if fname.lower().endswith(suffixes):
                     paths.append(os.path.join(folder, fname))
+                else:
+                    ignored[os.path.splitext(fname)[1].lower() or "(no extension)"] += 1
         targets.extend([index] * (len(paths) - start))
         if len(paths) == start:
             empty.append(name)
@@ -331,4 +339,6 @@ def scan_image_folder(
             f"(accepted extensions: {accepted}); remove those folders or pass "
             f"allow_empty=True"
         )
-    return ImageFolderIndex(paths, targets, classes=classes, root=directory)
+    return ImageFolderIndex(
+        paths, targets, classes=classes, root=directory, ignored=dict(sorted(ignored.items()))
+    )

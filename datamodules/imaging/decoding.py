@@ -41,7 +41,13 @@ import torch
 
 PathLike = str | os.PathLike
 
-__all__ = ["ImageDecodeError", "decode_image", "decode_image_bytes", "is_image_bytes"]
+#: Extensions the decoder reads (torchvision's ``IMG_EXTENSIONS`` and GIF, which torchvision's
+#: ``ImageFolder`` leaves out by default, as ``extensions`` does here).
+DECODABLE: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif",
+)  # fmt: skip
+
+__all__ = ["DECODABLE", "ImageDecodeError", "decode_image", "decode_image_bytes", "is_image_bytes"]
 
 
 class ImageDecodeError(OSError):

@@ -52,6 +52,26 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # What F.interpolate(mode="bilinear", antialias=True, align_corners=False) runs.
 _resize_aa = torch.ops.aten._upsample_bilinear2d_aa
 
+#: An output size as torchvision's transforms take it: a side, or ``(height, width)``.
+Size = int | tuple[int, int]
+
+
+def as_height_width(size: Size | list[int]) -> tuple[int, int]:
+    """``(height, width)`` of an output size: an int is a square's side.
+
+    Raises:
+        ValueError: Unless ``size`` is an int >= 1 or a pair of them.
+    """
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+        return size, size
+    pair = isinstance(size, (tuple, list)) and len(size) == 2
+    if pair and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in size):
+        return int(size[0]), int(size[1])
+    raise ValueError(
+        f"image_size={size!r} is not accepted: use an int >= 1 (a square's side) or "
+        "(height, width), as torchvision's transforms take it."
+    )
+
 
 def _as_nchw(hwc: torch.Tensor) -> torch.Tensor:
     h, w, c = hwc.shape
@@ -82,7 +102,7 @@ class RandomResizedCropFlip:
     """RandomResizedCrop(size, scale, ratio) followed by a horizontal flip with probability p.
 
     Args:
-        size: Side of the square output.
+        size: Side of the square output, or ``(height, width)``.
         scale: Range of the crop's share of the image area.
         ratio: Range of the crop's aspect ratio (width / height).
         flip_p: Probability of a horizontal flip.
@@ -90,12 +110,13 @@ class RandomResizedCropFlip:
 
     def __init__(
         self,
-        size: int,
+        size: Size,
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         flip_p: float = 0.5,
     ) -> None:
         self.size = size
+        self._hw = as_height_width(size)
         self.scale = scale
         self.ratio = ratio
         self.flip_p = flip_p
@@ -129,7 +150,7 @@ class RandomResizedCropFlip:
 
         Args:
             image: A ``uint8`` image ``(3, H, W)``, any layout.
-            out: ``None``, or a ``(3, size, size)`` uint8 view with channels-last strides,
+            out: ``None``, or a ``(3, height, width)`` uint8 view with channels-last strides,
                 such as ``batch[i]`` of a ``torch.channels_last`` batch.
         """
         channels, height, width = image.shape
@@ -140,7 +161,7 @@ class RandomResizedCropFlip:
         else:
             crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
         crop = crop.flip(1) if random.random() < self.flip_p else crop.contiguous()
-        return resize_hwc(crop, (self.size, self.size), out)
+        return resize_hwc(crop, self._hw, out)
 
     def __repr__(self) -> str:
         return (
@@ -153,51 +174,64 @@ class ResizeCenterCrop:
     """Resize the short side to ``resize``, then CenterCrop ``size`` (the usual eval pipeline).
 
     Args:
-        size: Side of the square output.
-        resize: Short side after resizing (default ``round(size / 0.875)``, i.e. 256 for 224).
+        size: Side of the square output, or ``(height, width)``.
+        resize: Short side after resizing (default ``round(size / 0.875)``, i.e. 256 for
+            224). For ``size=(h, w)``, the default resizes (keeping the aspect ratio) to the
+            least that covers ``(round(h / 0.875), round(w / 0.875))``.
     """
 
-    def __init__(self, size: int, resize: int | None = None) -> None:
+    def __init__(self, size: Size, resize: int | None = None) -> None:
         self.size = size
-        self.resize = int(round(size / 0.875)) if resize is None else resize
+        self._hw = as_height_width(size)
+        if resize is None and isinstance(size, int):
+            resize = int(round(size / 0.875))
+        self.resize = resize
+        self._cover = None if resize is not None else tuple(int(round(v / 0.875)) for v in self._hw)
+
+    def _resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        if self._cover is not None:  # (h, w) output: cover the enlarged box
+            scale = max(self._cover[0] / height, self._cover[1] / width)
+            return max(self._cover[0], int(height * scale)), max(self._cover[1], int(width * scale))
+        short = min(height, width)
+        new_h = self.resize if height == short else int(self.resize * height / width)
+        new_w = self.resize if width == short else int(self.resize * width / height)
+        return new_h, new_w
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         height, width = image.shape[-2:]
-        short = min(height, width)
-        if short == self.resize:
+        new_h, new_w = self._resized_shape(height, width)
+        if (new_h, new_w) == (height, width):
             resized = image
         else:
-            new_h = self.resize if height == short else int(self.resize * height / width)
-            new_w = self.resize if width == short else int(self.resize * width / height)
             resized = resize_hwc(image.permute(1, 2, 0).contiguous(), (new_h, new_w))
-        top = int(round((resized.shape[-2] - self.size) / 2.0))
-        left = int(round((resized.shape[-1] - self.size) / 2.0))
+        crop_h, crop_w = self._hw
+        top = int(round((resized.shape[-2] - crop_h) / 2.0))
+        left = int(round((resized.shape[-1] - crop_w) / 2.0))
         if top < 0 or left < 0:
             raise ValueError(
                 f"ResizeCenterCrop: image of {height}x{width} resized to "
                 f"{tuple(resized.shape[-2:])} is smaller than the crop {self.size}"
             )
-        return resized[:, top : top + self.size, left : left + self.size]
+        return resized[:, top : top + crop_h, left : left + crop_w]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(size={self.size}, resize={self.resize})"
 
 
-def default_train_transforms(image_size: int) -> RandomResizedCropFlip:
+def default_train_transforms(image_size: Size) -> RandomResizedCropFlip:
     """RandomResizedCrop to ``image_size`` and a horizontal flip, on uint8 tensors."""
     return RandomResizedCropFlip(image_size)
 
 
-def default_eval_transforms(image_size: int) -> ResizeCenterCrop:
+def default_eval_transforms(image_size: Size) -> ResizeCenterCrop:
     """Resize the short side to ``image_size / 0.875``, then CenterCrop ``image_size``."""
     return ResizeCenterCrop(image_size)
 
 
 def check_image_arguments(image_size: Any, mean: Any, std: Any) -> None:
-    """Raises unless ``image_size`` is an int >= 1 and ``mean`` / ``std`` are 3 numbers each
-    (``std`` all > 0), naming the argument, the value and what is accepted."""
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size={image_size!r} is not accepted: use an int >= 1.")
+    """Raises unless ``image_size`` is an int >= 1 or ``(height, width)`` and ``mean`` / ``std``
+    are 3 numbers each (``std`` all > 0), naming the argument, the value and what is accepted."""
+    as_height_width(image_size)
     for name, stats in (("mean", mean), ("std", std)):
         listed = isinstance(stats, Sequence) and not isinstance(stats, str)
         if not listed or len(stats) != 3 or not all(isinstance(s, numbers.Real) for s in stats):

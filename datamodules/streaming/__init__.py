@@ -18,7 +18,8 @@
 * :mod:`~datamodules.streaming.writer`: :func:`write_shards` (tar, Parquet, JSONL).
 * :mod:`~datamodules.streaming.index`: record counts and seek offsets, cached on disk
   (:class:`~datamodules.streaming.shard_index.ShardIndex`).
-* :mod:`~datamodules.streaming.remote`: opening local and remote (fsspec) files.
+* remote shards are opened through the shared layer :mod:`datamodules.remote` (retries, the
+  shard cache, credentials), which text uses too.
 * :mod:`~datamodules.streaming.errors`: record and shard errors, the skip counter.
 * :mod:`~datamodules.streaming.batching`: the default collate of records.
 * :mod:`~datamodules.streaming.inspection`: what ``inspect`` shows for a stream.

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamodules.core.hardware import TUNE
-from datamodules.streaming.cache import parse_size
+from datamodules.remote.cache import parse_size
+from datamodules.remote.retrying import RemoteOptions, check_remote_options
 from datamodules.streaming.formats import FORMATS
 from datamodules.streaming.mixing import Source, check_sources
-from datamodules.streaming.retrying import RemoteOptions
 
 
 def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
@@ -119,22 +119,15 @@ def remote_options(
     prefetch_shards: Any,
 ) -> tuple[RemoteOptions, int | None]:  # fmt: skip
     """Checks the remote-shard arguments; returns the read options and the cache limit."""
-    if storage_options is not None and not isinstance(storage_options, Mapping):
-        raise TypeError(
-            f"storage_options={storage_options!r} is not accepted: use a dict of fsspec "
-            "options (e.g. {'endpoint_url': ...}) or None."
-        )
-    for key, value in (("retries", retries), ("prefetch_shards", prefetch_shards)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{key}={value!r} is not accepted: use an int >= 0.")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r} is not accepted: use a number of seconds > 0.")
+    options = check_remote_options(storage_options, retries, timeout)
+    prefetch = prefetch_shards
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch_shards={prefetch_shards!r} is not accepted: use an int >= 0.")
     if not isinstance(cache_dir, (str, os.PathLike, type(None))):
         raise TypeError(f"cache_dir={cache_dir!r} is not accepted: use a directory or None.")
     limit = parse_size(cache_limit)
     if limit is not None and cache_dir is None:
         raise ValueError(f"cache_limit={cache_limit!r} needs cache_dir= (where shards are kept).")
-    options = RemoteOptions(dict(storage_options or {}), retries, float(timeout))
     return options, limit
 
 

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from collates.records import collate_records
 from datamodules.core.loaders import passthrough
+from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import attach_pool
 
 
@@ -104,6 +105,18 @@ def factory_loader(
     batched = BatchedIterable(dataset, dm.batch_size, transform, collate, drop_last)
     kwargs["collate_fn"] = passthrough
     pool = attach_pool(kwargs, dm.reuse_batch_memory)
-    loader = DataLoader(batched, batch_size=None, **kwargs)
+    loader = FactoryLoader(batched, batch_size=None, **kwargs)
     loader.batch_pool = pool  # type: ignore[attr-defined]
     return loader
+
+
+class FactoryLoader(DataLoader):
+    """The DataLoader of a ``dataset_factory`` stream: a plain DataLoader that lets go of the
+    warnings silenced while Lightning checks it (:mod:`datamodules.core.quiet`)."""
+
+    quiet_while_starting: list[tuple[str, type[Warning]]] = []
+
+    def __iter__(self) -> Any:
+        release_held_filters(self)
+        with quiet(self.quiet_while_starting):
+            return super().__iter__()

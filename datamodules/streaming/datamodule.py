@@ -34,7 +34,8 @@ What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.
   :mod:`~datamodules.streaming.elastic`); later epochs are a fresh run's on the new layout.
   Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
 * **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
-  (and, in an epoch resumed on another layout, 8 bytes per record left in it).
+  (and, in an epoch resumed on another layout, the positions of this rank's share and of
+  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.remainder`).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
@@ -58,7 +59,6 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -68,8 +68,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
-from datamodules.core.hparams import set_hparam
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.quiet import HeldFilters
+from datamodules.remote.cache import ShardCache
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.streaming.arguments import (
     check_files,
     check_mixing,
@@ -78,11 +80,6 @@ from datamodules.streaming.arguments import (
     remote_options,
 )
 from datamodules.streaming.batching import Chain, factory_loader, stream_collate
-from datamodules.streaming.cache import ShardCache
-from datamodules.streaming.credentials import (
-    checkpoint_storage_options,
-    restored_storage_options,
-)
 from datamodules.streaming.errors import SkipCounter
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
@@ -147,7 +144,7 @@ class StreamingDataModule(
         source_key: With Sources: each (dict) record gets its source's name in this field.
         storage_options: Passed to fsspec for remote shards (e.g. an S3 ``endpoint_url``,
             ``key``, ``secret``), as pandas and HF datasets do. Checkpoints keep them without
-            the credentials (:mod:`datamodules.streaming.credentials`).
+            the credentials (:mod:`datamodules.remote.credentials`).
         retries: Retries of a transient remote failure (HTTP 5xx and 429, a reset or cut
             connection, S3 throttling, no byte within ``timeout``), with exponential backoff
             and jitter, resumed at the byte offset already read. Permanent failures (404, 403,
@@ -169,8 +166,8 @@ class StreamingDataModule(
             batches are ``(images, labels)``. None: a dict of ``"image"`` and the other fields.
         classes: Class names: a string label is mapped to its index (unknown names raise).
             ``dm.classes`` / ``dm.num_classes`` give them (or, for int labels, the largest + 1).
-        image_size: Side of the square images of the default transforms (RandomResizedCrop
-            + flip to train, Resize + CenterCrop to evaluate, as ImageFolderDataModule's).
+        image_size: What the default transforms produce (a square's side, or ``(height,
+            width)``): RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate.
         normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
         mean: Per-channel mean (ImageNet's by default).
         std: Per-channel standard deviation (ImageNet's by default).
@@ -226,7 +223,7 @@ class StreamingDataModule(
         image_key: str | None = None,
         label_key: str | None = "cls",
         classes: Sequence[str] | None = None,
-        image_size: int = 224,
+        image_size: int | tuple[int, int] = 224,
         normalize: bool = True,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
@@ -272,11 +269,7 @@ class StreamingDataModule(
         self.remote, limit = remote_options(
             storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
         )
-        saved_options, credentials = checkpoint_storage_options(storage_options)
-        if credentials:
-            set_hparam(self, "storage_options", saved_options)
-            for name in credentials:
-                self.unsaved_arguments[f"storage_options.{name}"] = "a credential"
+        save_without_credentials(self, storage_options)
         self.epoch_size, self.source_key = epoch_size, source_key
         self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
@@ -292,8 +285,7 @@ class StreamingDataModule(
         self.dataset_factory = dataset_factory
         #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
         self.shards: dict[str, list[ShardIndex]] = {}
-        #: Bad records and unreadable shards left out under ``on_error="skip"``.
-        self.skipped = SkipCounter()
+        self._skips = SkipCounter()
         # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
         # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
         # live persistent workers freed that way never gets its stop signal to the workers:
@@ -319,6 +311,13 @@ class StreamingDataModule(
         :meth:`read_shard` is overridden (default: one pass over it). Override for a faster
         count (e.g. from a header)."""
         return sum(1 for _ in self.read_shard(path))
+
+    @property
+    def skipped(self) -> SkipCounter:
+        """Bad records and unreadable shards left out under ``on_error="skip"``: a
+        :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
+        1,000), with complete counts per shard (``counts``, ``unreadable``)."""
+        return self._drain_image_skips()  # with what image workers left out so far
 
     def _custom_reader(self) -> bool:
         return type(self).read_shard is not StreamingDataModule.read_shard
@@ -398,20 +397,20 @@ class StreamingDataModule(
         when the factory has no such split)."""
         rank, world = self._rank_world()
         settings = self.loader_settings(split)
+        # Advice that does not apply to this loader, silenced while Lightning checks it (and,
+        # for torch's, while an iteration starts): see datamodules/core/quiet.py.
+        advice: list[tuple[str, type[Warning]]] = []
         if self.num_workers == AUTO:
             # "auto" chose this count on purpose: Lightning's advice to raise it and torch's to
             # stay within the CPU count (I/O-bound workers mostly wait) do not apply.
-            warnings.filterwarnings(
-                "ignore", message=FEW_WORKERS_WARNING, category=PossibleUserWarning
-            )
-            warnings.filterwarnings("ignore", message=_MANY_WORKERS, category=UserWarning)
+            advice.append((FEW_WORKERS_WARNING, PossibleUserWarning))
         if self.dataset_factory is not None:
             assert self.dataset_factory is not None
             dataset = self.dataset_factory(split, rank, world)
             loader = factory_loader(self, dataset, split, rank, world, settings.loader_kwargs())
         else:
             # Our length is exact on every rank and worker count (Lightning cannot know that).
-            warnings.filterwarnings("ignore", message=_ITERABLE_LEN, category=UserWarning)
+            advice.append((_ITERABLE_LEN, UserWarning))
             stream = self.make_stream(split, rank, world)
             loader = StreamLoader(
                 stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
@@ -428,6 +427,12 @@ class StreamingDataModule(
                     if restored_inside_finished_epoch(self._trainer(), pending, len(loader)):
                         ended = int(pending["ended_length"])
                         loader.on_second_batch = TrainerLength(self, stream, ended)
+        if loader is not None:
+            if advice:
+                loader.held_filters = HeldFilters(advice, loader)
+            loader.quiet_while_starting = (
+                [(_MANY_WORKERS, UserWarning)] if self.num_workers == AUTO else []
+            )
         if not self._logged:
             self._logged = True
             self._log_summary()

@@ -12,13 +12,16 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
+from datamodules.core.skipped import SHOWN, Skipped
+
 if TYPE_CHECKING:
     from datamodules.streaming.shard_index import ShardIndex
 
 OnError = Literal["raise", "skip"]
 
 
-KEEP_MESSAGES = 20
+#: Pairs a counter keeps (and a shard's index stores), beyond which only counts grow.
+KEEP_MESSAGES = 1000
 
 
 class RecordError(ValueError):
@@ -41,10 +44,7 @@ class RecordError(ValueError):
         if reason is None:  # a ready message
             super().__init__(shard)
             return
-        where = f"{shard}: line {line}" if line is not None else shard
-        if isinstance(line, str):  # a named place: a tar member, a record's key
-            where = f"{shard}: {line}"
-        super().__init__(f"{where}: {reason}")
+        super().__init__(f"{where_in(shard, line)}: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
         return (type(self), (self.shard, self.line, self.reason))
@@ -54,24 +54,45 @@ class ShardError(RecordError):
     """A shard that cannot be opened, decompressed or parsed as a whole."""
 
 
+def where_in(shard: str, line: int | str | None) -> str:
+    """Where a record is: ``"shard: line N"``, ``"shard: key 'a/b'"`` (a named place, as tar
+    records are named), or the shard itself (``None``: all of it)."""
+    if line is None:
+        return shard
+    return f"{shard}: {line}" if isinstance(line, str) else f"{shard}: line {line}"
+
+
 def check_on_error(on_error: str) -> None:
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
 
 
-class SkipCounter:
+class SkipCounter(Skipped):
     """Counts the records skipped under ``on_error="skip"``, per shard, for a report.
 
+    It is the stream's ``dm.skipped``: a :class:`~datamodules.core.skipped.Skipped` list of
+    ``(where, why)`` pairs (``where`` is ``"shard: line N"``, or the shard when it could not be
+    read at all), keeping the first ``keep`` of them; the counts are always complete.
+
     Args:
-        keep: How many messages to keep (the counts are always complete).
+        keep: How many pairs to keep.
     """
 
     def __init__(self, keep: int = KEEP_MESSAGES) -> None:
+        super().__init__(limit=keep)
         self.keep = keep
         self.counts: dict[str, int] = {}
         self.unreadable: dict[str, str] = {}
-        self.messages: list[str] = []
         self._lock = threading.Lock()
+
+    @property
+    def messages(self) -> list[str]:
+        """The kept pairs as messages (``"shard: line N: why"``)."""
+        return [f"{where}: {why}" for where, why in self]
+
+    def _keep(self, pairs: list[tuple[str, str]]) -> None:
+        room = self.keep - len(self)
+        self.extend(pairs[: max(room, 0)])
 
     def record(self, shard: str, line: int | str | None, reason: str) -> None:
         """Notes one skipped record (``line=None``: the whole shard was unreadable)."""
@@ -80,8 +101,7 @@ class SkipCounter:
                 self.unreadable[shard] = reason
             else:
                 self.counts[shard] = self.counts.get(shard, 0) + 1
-            if len(self.messages) < self.keep:
-                self.messages.append(str(RecordError(shard, line, reason)))
+            self._keep([(where_in(shard, line), reason)])
 
     def add_index(self, index: ShardIndex) -> None:
         """Adds what indexing a shard found (its skipped records, or that it was unreadable)."""
@@ -90,32 +110,40 @@ class SkipCounter:
                 self.unreadable[index.path] = index.error
             if index.skipped:
                 self.counts[index.path] = self.counts.get(index.path, 0) + index.skipped
-            room = self.keep - len(self.messages)
-            msgs = ([index.error] if index.error else []) + list(index.problems)
-            self.messages.extend(msgs[: max(room, 0)])
+            pairs = ([(index.path, index.error)] if index.error else []) + [
+                (where, why) for where, why in index.problems
+            ]
+            self._keep(pairs)
+
+    @property
+    def records(self) -> int:
+        """Bad records skipped, over all shards."""
+        return sum(self.counts.values())
 
     @property
     def total(self) -> int:
-        """Number of skipped records over all shards."""
-        return sum(self.counts.values())
+        """Everything skipped: bad records, and shards that could not be read at all."""
+        return self.records + len(self.unreadable)
 
     def summary(self) -> str:
         """One line per shard with skipped records, then the first messages."""
         if not self.counts and not self.unreadable:
             return "no records skipped"
-        lines = [f"skipped {self.total} bad record(s) in {len(self.counts)} shard(s)"]
+        lines = [f"skipped {self.records} bad record(s) in {len(self.counts)} shard(s)"]
         if self.unreadable:
             lines[0] += f" and {len(self.unreadable)} unreadable shard(s)"
         lines += [f"  {shard}: {n}" for shard, n in sorted(self.counts.items())]
         lines += [f"  {shard}: unreadable" for shard in sorted(self.unreadable)]
-        lines += [f"  e.g. {m}" for m in self.messages]
+        lines += [f"  e.g. {m}" for m in self.messages[:SHOWN]]
         return "\n".join(lines)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
+    def __reduce__(self) -> tuple[Any, ...]:  # a list subclass with a lock: pickle by parts
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        return (_rebuild_counter, (list(self), state))
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+
+def _rebuild_counter(pairs: list[tuple[str, str]], state: dict[str, Any]) -> SkipCounter:
+    counter = SkipCounter(state.get("keep", KEEP_MESSAGES))
+    counter.__dict__.update(state)
+    counter.extend(pairs)
+    return counter

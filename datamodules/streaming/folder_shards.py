@@ -51,7 +51,7 @@ import torch
 
 from datamodules.core.splits import compute_split_indices
 from datamodules.imaging.decoding import decode_image
-from datamodules.streaming.cache import parse_size
+from datamodules.remote.cache import parse_size
 from datamodules.streaming.writer import write_shard
 
 PROG = "python -m datamodules shards"

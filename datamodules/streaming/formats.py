@@ -20,7 +20,7 @@ Formats, chosen by extension (``.gz`` / ``.zst`` compression allowed for the lin
   records, members grouped by key (:mod:`datamodules.streaming.tar`).
 
 Remote shards go through fsspec (``http(s)://``, ``s3://`` with s3fs installed, ...); opening
-them is :mod:`datamodules.streaming.remote`, Parquet is :mod:`datamodules.streaming.parquet`.
+them is :mod:`datamodules.remote.files`, Parquet is :mod:`datamodules.streaming.parquet`.
 
 Bad records (invalid JSON or UTF-8, a CSV row with the wrong number of fields) raise
 :class:`RecordError` naming the shard and the line. With ``on_error="skip"`` they are skipped
@@ -32,15 +32,16 @@ decoded raises :class:`ShardError`; under ``"skip"`` it is reported and holds no
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datamodules.remote.files import decompress, open_binary
+from datamodules.remote.listing import expand_files as list_files
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import (
     OnError,
     RecordError,
@@ -49,15 +50,6 @@ from datamodules.streaming.errors import (
     check_on_error,
 )
 from datamodules.streaming.parquet import read_parquet
-from datamodules.streaming.remote import (
-    decompress,
-    default_options,
-    is_remote,
-    local_path,
-    open_binary,
-    remote_fs,
-)
-from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 from datamodules.streaming.tar import read_tar
 
 if TYPE_CHECKING:
@@ -112,61 +104,13 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
     return fmt, compression
 
 
-def _has_magic(spec: str) -> bool:
-    return any(c in spec for c in "*?[")
-
-
 def expand_files(
     spec: str | os.PathLike | Iterable[str | os.PathLike], options: RemoteOptions | None = None
 ) -> list[str]:
-    """Turns a shard specification into a list of shard paths/URLs.
-
-    Args:
-        spec: A path or URL; a glob (``"data/*.jsonl"``, ``"s3://b/train-*.parquet"``; local
-            globs may use ``**``); a local directory (its files with a supported extension);
-            or a list of any of those. Globs and directories expand sorted; a list keeps its
-            order.
-
-    Returns:
-        The shards, each once.
-
-    Raises:
-        ValueError: Nothing matched, or a shard is listed twice (it would be read twice).
-    """
-    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
-    out: list[str] = []
-    for item in items:
-        item = os.fspath(item)
-        if is_remote(item):
-            if _has_magic(item):
-                fs, pattern = remote_fs(item, options)
-                opts = options or default_options()
-                paths = call_with_retries(item, opts, lambda fs=fs, p=pattern: fs.glob(p))
-                found = sorted(fs.unstrip_protocol(p) if "://" not in p else p for p in paths)
-            else:
-                found = [item]
-        else:
-            local = local_path(item)
-            if _has_magic(local):
-                found = sorted(p for p in glob.glob(local, recursive=True) if os.path.isfile(p))
-            elif os.path.isdir(local):
-                found = sorted(
-                    str(p) for p in Path(local).rglob("*") if p.is_file() and _known(str(p))
-                )
-            else:
-                found = [local]
-        if not found:
-            raise ValueError(f"no shard matches {item!r}.")
-        out.extend(found)
-    if not out:
-        raise ValueError(f"no shards given: {spec!r}.")
-    seen: set[str] = set()
-    for path in out:
-        key = path if is_remote(path) else os.path.abspath(path)
-        if key in seen:
-            raise ValueError(f"shard {path!r} is listed twice; its records would be read twice.")
-        seen.add(key)
-    return out
+    """Turns a shard specification into a list of shards (see
+    :func:`datamodules.remote.listing.expand_files`); a directory gives its files with a
+    supported extension."""
+    return list_files(spec, options, known=_known)
 
 
 def _known(path: str) -> bool:
@@ -237,10 +181,22 @@ def _bad(path: str, line: int, reason: str, on_error: str, counter: SkipCounter 
         counter.record(path, line, reason)
 
 
-def json_reason(err: ValueError) -> str:
-    if isinstance(err, json.JSONDecodeError):
-        return f"invalid JSON: {err.msg} at character {err.pos + 1}"
-    return f"invalid JSON: {err}"
+def json_reason(err: ValueError, raw: bytes) -> str:
+    """Why a JSONL line does not parse, with the column of the error within the line.
+
+    The line's break is not part of the record: an error at its end (a missing ``}``) is
+    reported at the last column, not at "column 1" of the next line, as ``json.loads`` of the
+    line with its ``\n`` would say.
+    """
+    if not isinstance(err, json.JSONDecodeError):
+        return f"invalid JSON: {err}"
+    try:
+        decode_json(raw.decode().rstrip("\r\n"))
+    except json.JSONDecodeError as bare:
+        err = bare
+    except ValueError:
+        pass
+    return f"invalid JSON: {err.msg} (column {err.colno})"
 
 
 def _decoded(lines: ShardLines, bad: list[tuple[int, str]]) -> Iterator[str]:
@@ -289,7 +245,7 @@ def csv_rows(
         yield line, offset, dict(zip(header, row, strict=False))
 
 
-def _csv_header(
+def csv_header(
     path: str, compression: str | None, options: RemoteOptions | None = None
 ) -> list[str] | None:
     lines = ShardLines(path, compression, options=options)
@@ -325,7 +281,7 @@ def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, c
             try:
                 rec = decode(raw.decode())
             except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                _bad(path, line, json_reason(err), on_error, counter)
+                _bad(path, line, json_reason(err, raw), on_error, counter)
                 continue
             if check:
                 check -= 1
@@ -338,15 +294,18 @@ def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, c
 
 
 def _read_txt(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
-    """Text records: each line without its line break."""
+    """Text records: each non-blank line without its line break (a line that is empty or only
+    whitespace is not a record, as in TextDataModule's ``.txt`` files)."""
     path, line = lines.path, lines.line
     try:
         for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
+            if line == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if raw.isspace() or not raw:
+                continue
             if check and on_error == "raise":
                 check -= 1
                 continue
-            if line == 1 and raw.startswith(BOM):
-                raw = raw[3:]
             try:
                 text = raw.decode()
             except UnicodeDecodeError as err:
@@ -425,7 +384,7 @@ def read_records(
         offset, line = index.offsets[slot], index.lines[slot] - 1
         skip = start - slot * index.every
         if fmt == "csv":
-            header = _csv_header(path, compression, options)
+            header = csv_header(path, compression, options)
     lines = ShardLines(path, compression, offset, line, options)
     try:
         n = None if stop is None else stop - start

@@ -26,6 +26,7 @@ from datamodules.imaging.batches import SkipLog
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
+    as_height_width,
     check_image_arguments,
     default_eval_transforms,
     default_train_transforms,
@@ -116,6 +117,7 @@ class StreamImages:
 
     image_key: str | None
     on_error: str
+    _skips: SkipCounter
 
     def _init_images(
         self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
@@ -128,7 +130,9 @@ class StreamImages:
         self.label_key = label_key if keys else None
         self._class_names = names
         self._num_classes: int | None = None
-        self.image_size, self.normalize = image_size, normalize
+        height, width = as_height_width(image_size)  # a list from a config: a pair again
+        self.image_size = image_size if isinstance(image_size, int) else (height, width)
+        self.normalize = normalize
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self._image_skips: SkipLog | None = None
@@ -158,21 +162,15 @@ class StreamImages:
         )
         return (None if reader is None else TaggedReader(reader)), self.transform, collate
 
-    @property
-    def skipped(self) -> SkipCounter:
-        """Bad records and unreadable shards left out under ``on_error="skip"`` (also the
-        image records the workers left out so far)."""
-        counter = self._skip_counter
+    def _drain_image_skips(self) -> SkipCounter:
+        """``dm.skipped`` with the image records the workers left out so far added to it."""
+        counter = self._skips
         log = getattr(self, "_image_skips", None)
-        if log is not None:
+        if log is not None and log.has_new():
             for shard, text in log.read_new():
                 where, _, reason = text.partition("\t")
                 counter.record(shard, where, reason)
         return counter
-
-    @skipped.setter
-    def skipped(self, counter: SkipCounter) -> None:
-        self._skip_counter = counter
 
     # ------------------------------------------------------------------ classes
     @property
@@ -242,8 +240,8 @@ class StreamImages:
         log = self._image_skips
         if log is None or not log.has_new():
             return
-        before = self._skip_counter.total
-        counter = self.skipped
+        before = self._skips.total
+        counter = self._drain_image_skips()
         trainer = self._trainer()
         epoch = None if trainer is None else int(trainer.current_epoch)
         if epoch is not None and epoch == self._warned_epoch:
@@ -269,7 +267,8 @@ class StreamImages:
             labels = f"labels {self.label_key!r} (int)"
         scaled = "float, normalised" if self.normalize else "float in [0, 1]"
         return [
-            f"  images: {self.image_key!r}, {labels}; uint8 {self.image_size}x{self.image_size} "
-            f"out of the loader, {scaled} on the device",
+            f"  images: {self.image_key!r}, {labels}; uint8 "
+            f"{'x'.join(map(str, as_height_width(self.image_size)))} out of the loader, {scaled} "
+            "on the device",
             f"  transforms: train {self.train_transforms!r}; eval {self.eval_transforms!r}",
         ]

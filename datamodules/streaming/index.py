@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from datamodules.remote.listing import cache_root, file_version
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import (
     KEEP_MESSAGES,
     OnError,
@@ -36,12 +38,10 @@ from datamodules.streaming.formats import (
     json_reason,
 )
 from datamodules.streaming.parquet import parquet_file
-from datamodules.streaming.remote import default_options, is_remote, local_path, remote_fs
-from datamodules.streaming.retrying import RemoteOptions, call_with_retries
 from datamodules.streaming.shard_index import ShardIndex
 from datamodules.streaming.tar import scan_tar
 
-_INDEX_VERSION = 2  # 2: size and version of the file
+_INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -49,41 +49,11 @@ _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
 def default_cache_dir() -> str:
-    """``$DATAMODULES_CACHE`` or ``$XDG_CACHE_HOME/datamodules`` (``~/.cache/datamodules``)."""
-    root = os.environ.get("DATAMODULES_CACHE")
-    if root:
-        return os.path.join(root, "shard_index")
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(xdg, "datamodules", "shard_index")
+    """``$DATAMODULES_CACHE/shard_index`` or ``~/.cache/datamodules/shard_index``."""
+    return cache_root("shard_index")
 
 
 _MEMO: dict[str, ShardIndex] = {}
-_VALIDATORS = (
-    "ETag",
-    "etag",
-    "md5Hash",
-    "LastModified",
-    "Last-Modified",
-    "last_modified",
-    "updated",
-    "mtime",
-    "generation",
-)
-
-
-def _fingerprint(path: str, options: RemoteOptions | None = None) -> dict[str, Any] | None:
-    """What identifies this version of the shard; None if it cannot be told apart."""
-    if not is_remote(path):
-        local = local_path(path)
-        st = os.stat(local)
-        return {"path": os.path.abspath(local), "size": st.st_size, "mtime": st.st_mtime_ns}
-    opts = options or default_options()
-    fs, fpath = call_with_retries(path, opts, lambda: remote_fs(path, opts))
-    info = call_with_retries(path, opts, lambda: fs.info(fpath))
-    found = {k: str(info[k]) for k in _VALIDATORS if info.get(k)}
-    if not found or info.get("size") is None:
-        return None
-    return {"path": path, "size": info["size"], **found}
 
 
 def index_shard(
@@ -119,7 +89,7 @@ def index_shard(
     fmt, compression = detect_format(path, fmt)
     mode = on_error if fmt != "parquet" else "raise"
     try:
-        fp = _fingerprint(path, options)
+        fp = file_version(path, options)
     except Exception as err:  # missing file, no such URL, no permission
         return _unreadable(path, fmt, compression, on_error, err, counter)
     key = None
@@ -174,8 +144,9 @@ def _load_cached(key: str, cache_dir: Any, path: str) -> ShardIndex | None:
         with open(file) as f:
             data = json.load(f)
         data["path"] = path
-        for name in ("offsets", "lines", "problems", "bad_offsets"):
-            data[name] = tuple(data[name])
+        for name in ("offsets", "lines", "columns", "bad_offsets"):
+            data[name] = tuple(data.get(name, ()))
+        data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
         return ShardIndex(**data)
     except (OSError, ValueError, TypeError):
         return None
@@ -195,20 +166,20 @@ def _store_cached(key: str, cache_dir: Any, index: ShardIndex) -> None:
         pass
 
 
-def _scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
+def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
     """Yields ``(line, offset)`` of each JSONL / text record, as the readers will see them:
-    under "raise" structurally (JSONL: non-blank lines), under "skip" only the valid ones."""
+    under "raise" structurally (non-blank lines), under "skip" only the valid ones."""
     for raw in lines:
         if lines.line == 1 and raw.startswith(BOM):
             raw = raw[3:]
+        if raw.isspace() or not raw:  # a blank line is not a record (JSONL and text)
+            continue
         if fmt == "jsonl":
-            if raw.isspace() or not raw:
-                continue
             if on_error == "skip":
                 try:
                     decode_json(raw.decode())
                 except ValueError as err:
-                    skips.record(lines.path, lines.line, json_reason(err))
+                    skips.record(lines.path, lines.line, json_reason(err, raw))
                     continue
         elif on_error == "skip":
             try:
@@ -229,7 +200,8 @@ def _scan(
     if fmt == "parquet":
         with parquet_file(path, options) as pf:
             count = pf.metadata.num_rows
-        return ShardIndex(path, fmt, None, "raise", count)
+            names = tuple(pf.schema_arrow.names)
+        return ShardIndex(path, fmt, None, "raise", count, columns=names)
     if fmt == "tar":
         return scan_tar(path, compression, on_error, options)
     skips = SkipCounter(keep=KEEP_MESSAGES)
@@ -242,7 +214,7 @@ def _scan(
         if fmt == "csv":  # rows may span lines: parse
             records = ((line, offset) for line, offset, _ in csv_rows(lines, on_error, skips))
         else:
-            records = _scan_lines(lines, fmt, on_error, skips)
+            records = scan_lines(lines, fmt, on_error, skips)
         for line, offset in records:
             if every and count % every == 0:
                 offsets.append(offset)
@@ -259,8 +231,8 @@ def _scan(
         every=every if offsets else 0,
         offsets=tuple(offsets),
         lines=tuple(line_nos),
-        skipped=skips.total,
-        problems=tuple(skips.messages),
+        skipped=skips.records,
+        problems=tuple(skips),
     )
 
 

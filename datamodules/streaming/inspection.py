@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from datamodules.core.summary import unsaved_lines
-from datamodules.streaming.remote import is_remote
+from datamodules.core.summary import counted, unsaved_lines
+from datamodules.remote.files import is_remote
 from datamodules.streaming.splits import SPLITS
 
 
@@ -106,15 +106,18 @@ class StreamInspection:
             else:
                 batches = math.ceil(math.ceil(n / world) / self.batch_size)
             text = (
-                f"  {split}: {len(shards)} shard(s) ({formats}), {n} records; "
-                f"{batches} batches of <= {self.batch_size} per rank (world={world})"
+                f"  {split}: {counted(len(shards), 'shard')} ({formats}), "
+                f"{counted(n, 'record')}; {counted(batches, 'batch')} of <= {self.batch_size} "
+                f"per rank (world={world})"
             )
             if split == "train":
-                text += (
-                    f", shuffle={self.shuffle} (shard order + a buffer of "
-                    f"{self.shuffle_buffer} records per worker, seed {self.shuffle_seed}), "
-                    f"drop_last={self.drop_last}"
+                order = (
+                    f"shuffle=True (shard order + a buffer of {self.shuffle_buffer} records per "
+                    f"worker, seed {self.shuffle_seed})"
+                    if self.shuffle
+                    else "shuffle=False (shards and records in file order)"
                 )
+                text += f", {order}, drop_last={self.drop_last}"
             lines.append(text)
             lines.extend(self._source_lines(split))
         settings = self._settings.get("train") or self.loader_settings("train")

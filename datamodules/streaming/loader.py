@@ -8,6 +8,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from datamodules.core.loaders import passthrough
+from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 from datamodules.streaming.stream import ShardedStream
 
@@ -63,6 +64,8 @@ class StreamLoader(DataLoader):
         #: Optional callable run once, when the consumer asks for the second batch of the
         #: next iteration (or for the end of a one-batch one); then set back to None.
         self.on_second_batch: Callable[[], None] | None = None
+        #: Warnings ignored while an iteration starts (``(message regex, category)`` pairs).
+        self.quiet_while_starting: list[tuple[str, type[Warning]]] = []
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration run ``epoch`` from its start (see
@@ -70,11 +73,14 @@ class StreamLoader(DataLoader):
         self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[Any]:
+        release_held_filters(self)  # Lightning has checked this loader by now
         stream: ShardedStream = self.dataset  # type: ignore[assignment]
         stream._begin_epoch(max(self.num_workers, 1))
         if self._IterableDataset_len_called is not None:  # torch warns past the length it saw
             self._IterableDataset_len_called = len(stream)  # (a resumed epoch's differs)
-        batches = iterate_with_pool(super().__iter__(), self.batch_pool, self.persistent_workers)
+        with quiet(self.quiet_while_starting):  # torch checks the worker count here
+            started = super().__iter__()
+        batches = iterate_with_pool(started, self.batch_pool, self.persistent_workers)
         first = True
         for batch in batches:
             stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from datamodules.remote.files import is_remote, local_path, open_seekable_remote
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import ShardError
-from datamodules.streaming.remote import is_remote, local_path, open_seekable_remote
-from datamodules.streaming.retrying import RemoteOptions
 
 
 class parquet_file:

@@ -2,7 +2,7 @@
 
 * :class:`ShardReader`: the default, :func:`~datamodules.streaming.formats.read_records` with
   the shard's index, so it seeks close to ``start``; remote shards optionally through a local
-  :class:`~datamodules.streaming.cache.ShardCache`, with the next shards fetched ahead.
+  :class:`~datamodules.remote.cache.ShardCache`, with the next shards fetched ahead.
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from datamodules.streaming.cache import Prefetcher, ShardCache
+from datamodules.remote.cache import Prefetcher, ShardCache
+from datamodules.remote.files import default_options, is_remote
+from datamodules.remote.retrying import RemoteError, RemoteOptions
 from datamodules.streaming.errors import ShardError
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.index import ShardIndex
-from datamodules.streaming.remote import default_options, is_remote
-from datamodules.streaming.retrying import RemoteError, RemoteOptions
 
 Reader = Callable[[str, int, int], Iterable[Any]]
 

@@ -25,11 +25,13 @@ class ShardIndex:
         offsets: Byte offsets, see ``every``.
         lines: 1-based line number of each offset, for error messages.
         skipped: Bad records left out of the count (``on_error="skip"``).
-        problems: The first few of those, as messages naming shard and line.
+        problems: The first of those, as ``(where, why)`` pairs (``where`` names the shard
+            and the line).
         error: Why the shard could not be read (``on_error="skip"`` only; ``count`` is 0).
         size: The file's size in bytes, when known.
         version: What identifies this version of the file (its size, ETag, Last-Modified or
             modification time, as JSON): a local cache of the shard must match it.
+        columns: Parquet only: the names of the file's columns (for checking ``columns=``).
         bad_offsets: Tar shards under ``on_error="skip"``: the byte offsets where the records
             left out start, so that a reader starting anywhere leaves out the same ones.
     """
@@ -43,8 +45,9 @@ class ShardIndex:
     offsets: tuple[int, ...] = ()
     lines: tuple[int, ...] = ()
     skipped: int = 0
-    problems: tuple[str, ...] = ()
+    problems: tuple[tuple[str, str], ...] = ()
     error: str | None = None
     size: int | None = None
     version: str | None = None
+    columns: tuple[str, ...] = ()
     bad_offsets: tuple[int, ...] = ()

@@ -117,6 +117,7 @@ class StreamSplits:
             self.mixes[split] = self._mix(split, given, listed, shards)
         else:
             shards = self._index_paths(self._list(given, name), name)
+        self._check_columns(shards, name)
         total = sum(s.count for s in shards)
         if not total:
             if split == "train":
@@ -126,6 +127,21 @@ class StreamSplits:
         if split == "train":
             self.fingerprint = self._fingerprint()
         return shards
+
+    def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
+        """Refuses ``columns=`` that a Parquet shard of the split lacks, naming its columns."""
+        wanted = getattr(self, "columns", None)
+        if not wanted:
+            return
+        for shard in shards:
+            if shard.fmt != "parquet" or shard.error is not None:
+                continue
+            missing = [c for c in wanted if c not in shard.columns]
+            if missing:
+                raise ValueError(
+                    f"{name}: columns={wanted!r} names {missing} that {shard.path} lacks; its "
+                    f"columns are {list(shard.columns)}."
+                )
 
     def _mix(
         self, split: str, given: list[Source], listed: list[list[str]], shards: list[ShardIndex]

@@ -48,25 +48,31 @@ import random
 import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from itertools import compress, count, islice
-from operator import itemgetter
+from itertools import compress, count, islice, repeat
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
-from datamodules.streaming.elastic import Segment, buffer_rng, remainder, runs
+from datamodules.streaming.elastic import Segment, buffer_rng, runs
+from datamodules.streaming.errors import RecordError
+from datamodules.streaming.failures import (
+    COLLATE_HINT,
+    TRANSFORM_HINT,
+    batch_error,
+    first_failing,
+    record_place,
+)
 from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.layout import Plan, worker_done
 from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
 from datamodules.streaming.position import StreamPosition, check_int
 from datamodules.streaming.readers import Reader, ShardReader
+from datamodules.streaming.remainder import RemainingSequence, remaining_sequence
 from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
 
 __all__ = ["ShardedStream"]
-
-_first = itemgetter(0)
 
 
 class ShardedStream(StreamPosition, IterableDataset):
@@ -195,14 +201,18 @@ class ShardedStream(StreamPosition, IterableDataset):
 
     def _segment_plan(
         self, epoch: int, segments: tuple[Segment, ...]
-    ) -> tuple[np.ndarray | None, Plan]:
-        """The sequence (None: the whole epoch) and layout of the segment after ``segments``."""
+    ) -> tuple[RemainingSequence | None, Plan]:
+        """The sequence (None: the whole epoch) and layout of the segment after ``segments``;
+        the sequence is built only where a worker reads it
+        (:mod:`~datamodules.streaming.remainder`)."""
         if not segments:
             return None, self._plan
         key = (epoch, segments)
         if self._cache is None or self._cache[0] != key:
             size = self.shuffle_buffer if self.shuffle else 0
-            seq = remainder(self.num_records, self.seed, epoch, size, self.drop_last, segments)
+            seq = remaining_sequence(
+                self.num_records, self.seed, epoch, size, self.drop_last, segments
+            )
             plan = Plan.make(len(seq), self.world_size, self.batch_size, self.drop_last)
             self._cache = (key, seq, plan)
         return self._cache[1], self._cache[2]
@@ -229,8 +239,9 @@ class ShardedStream(StreamPosition, IterableDataset):
 
     def _read(
         self, order: list[tuple[int, int, int, int]], cum: list[int], u: int, v: int
-    ) -> Iterator[Any]:
-        """Records at global positions ``[u, v)`` (past ``N``: wrapped, for padding)."""
+    ) -> Iterator[tuple[Any, int, int]]:
+        """Records at global positions ``[u, v)`` (past ``N``: wrapped, for padding), each as
+        ``(record, shard, position in the shard)``, so that an error can name it."""
         n = cum[-1]
         while u < v:
             base = (u // n) * n
@@ -241,12 +252,12 @@ class ShardedStream(StreamPosition, IterableDataset):
                 if b > a:
                     shard, start, _, source = order[k]
                     path = self.paths[shard]
-                    tally = count()  # zip advances it only for records the reader gave
+                    tally = count(start + a)  # zip advances it only for records given
                     records = islice(self.reader(path, start + a, start + b), b - a)
                     if source >= 0 and self.source_key is not None:
                         records = self._labelled(records, self.sources[source].name, path)
-                    yield from map(_first, zip(records, tally, strict=False))
-                    got = next(tally)
+                    yield from zip(records, repeat(shard), tally, strict=False)
+                    got = next(tally) - start - a
                     if got != b - a:
                         raise RuntimeError(
                             f"shard {path!r} ended after record {start + a + got}, but its "
@@ -324,7 +335,7 @@ class ShardedStream(StreamPosition, IterableDataset):
         worker: int,
         workers: int,
         done: int,
-        seq: np.ndarray | None,
+        seq: RemainingSequence | None,
         plan: Plan,
         segment: int,
     ) -> Iterator[Any]:
@@ -340,7 +351,12 @@ class ShardedStream(StreamPosition, IterableDataset):
                 return self._read(order, cum, span.base + i, span.base + span.n)
 
         else:
-            pos = seq[(span.base + np.arange(span.n)) % len(seq)]
+            wrap = span.base + span.n > len(seq)  # a padded layout repeats from the start
+            pos = (
+                seq.take((span.base + np.arange(span.n)) % len(seq))
+                if wrap
+                else seq.take_range(span.base, span.base + span.n)
+            )
             self._plan_reads(order, cum, pos)
 
             def read_from(i: int) -> Iterator[Any]:
@@ -354,11 +370,42 @@ class ShardedStream(StreamPosition, IterableDataset):
             chunk = list(islice(records, size))
             if len(chunk) != size:
                 raise RuntimeError(f"worker {worker} ran out of records in batch {j}.")
+            samples = [item[0] for item in chunk]
             if transform is not None:
-                chunk = [transform(rec) for rec in chunk]
+                i = 0
+                try:
+                    for i, sample in enumerate(samples):
+                        samples[i] = transform(sample)
+                except Exception as err:
+                    raise batch_error(err, self._where(chunk[i]), TRANSFORM_HINT) from err
             self._yielded += 1
-            batch = collate(chunk)
+            try:
+                batch = collate(samples)
+            except RecordError:  # it names its record already (an image record's collate)
+                raise
+            except Exception as err:
+                raise self._collate_error(err, chunk, samples) from err
             yield batch
+
+    def _where(self, item: tuple[Any, int, int]) -> tuple[str, str, str | None]:
+        """(shard, line or row, source name) of a record the stream carries."""
+        _, shard, position = item
+        indexes = getattr(self.reader, "indexes", {})
+        path = self.paths[shard]
+        place = record_place(indexes.get(path), position, getattr(self.reader, "options", None))
+        source = None
+        if self.sources is not None:
+            source = next((s.name for s in self.sources if shard in s.shards), None)
+        return path, place, source
+
+    def _collate_error(
+        self, err: Exception, chunk: list[tuple[Any, int, int]], samples: list[Any]
+    ) -> Exception:
+        """The collate's error, naming the record of the batch it failed on."""
+        culprit = first_failing(self.collate, samples)
+        if culprit is None:  # only the whole batch fails: name its first record
+            culprit = 0
+        return batch_error(err, self._where(chunk[culprit]), COLLATE_HINT)
 
     def _records(
         self, read_from: Callable[[int], Iterator[Any]], n: int, t: int, rng: random.Random

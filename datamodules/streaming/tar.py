@@ -34,9 +34,9 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from datamodules.remote.files import decompress, is_remote, local_path, open_binary
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.errors import KEEP_MESSAGES, RecordError, ShardError, SkipCounter
-from datamodules.streaming.remote import decompress, is_remote, local_path, open_binary
-from datamodules.streaming.retrying import RemoteOptions
 from datamodules.streaming.shard_index import ShardIndex
 from datamodules.streaming.tar_members import TarDamage, TarMembers
 
@@ -276,8 +276,8 @@ def scan_tar(
         count,
         every=every if offsets else 0,
         offsets=tuple(offsets),
-        skipped=skips.total,
-        problems=tuple(skips.messages),
+        skipped=skips.records,
+        problems=tuple(skips),
         bad_offsets=tuple(bad),
     )
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.imaging.decoding import is_image_bytes
-from datamodules.streaming.cache import parse_size
+from datamodules.remote.cache import parse_size
 from datamodules.streaming.tar import encode_field, split_name
 
 __all__ = ["write_shard", "write_shards"]

@@ -64,7 +64,9 @@ def check_text_arguments(
     """
     if isinstance(tokenizer, str):
         check_choice(tokenizer, "tokenizer", LEVELS)
-    elif not (callable(tokenizer) or hasattr(tokenizer, "encode")):
+    elif not (
+        callable(tokenizer) or hasattr(tokenizer, "encode") or hasattr(tokenizer, "encode_batch")
+    ):
         raise TypeError(
             f"tokenizer={tokenizer!r} is not accepted: use 'char', 'word', a callable "
             "str -> list[int], or an object with encode() (Hugging Face tokenizers)."

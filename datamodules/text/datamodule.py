@@ -1,7 +1,10 @@
 """TextDataModule: variable-length text, tokenized once, batched by length buckets or token budget.
 
 ``setup`` reads the texts, splits them, builds the vocabulary from the train split (or uses
-your tokenizer), and tokenizes every text once into one flat token buffer plus offsets. A
+your tokenizer), and tokenizes every text once into one flat token buffer plus offsets. Files
+and Datasets tokenized with your tokenizer go into the on-disk token store instead
+(:mod:`datamodules.text.store`), once; later setups, runs and ranks memory-map it; token files
+(Megatron-LM, nanoGPT) are mapped as they are (:mod:`datamodules.text.corpus`). A
 batch is then gathered straight from that buffer by one vectorised indexing call (no
 per-sample Python objects, no per-sample collate); it equals what
 :class:`collates.PadCollate` makes of the same samples::
@@ -30,26 +33,22 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
-from datamodules.core.hardware import AUTO
+from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.text.arguments import check_text_arguments
+from datamodules.text.corpus import TextCorpus
 from datamodules.text.encoding import EncodedTexts, TextBatchView
 from datamodules.text.inspection import TextInspection
+from datamodules.text.labels import TextLabels
 from datamodules.text.packing import (
     PackedRowSampler,
     PackedTextView,
     PackPlanner,
     check_packable,
 )
-from datamodules.text.readers import (
-    TextRecords,
-    check_labels,
-    check_path,
-    read_text_files,
-    records_from_memory,
-)
+from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
@@ -63,7 +62,7 @@ from datamodules.text.vocab import (
 Tokenizer = str | Callable[[str], Sequence[int]] | Any
 
 
-class TextDataModule(TextInspection, BaseDataModule):
+class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -87,15 +86,44 @@ class TextDataModule(TextInspection, BaseDataModule):
     ``eval_bucket=True``, which sorts them by length (less padding; still every sample once,
     and the same batch count on every rank).
 
+    Corpora bigger than memory: give ``train_file`` (or a ``datasets.Dataset``) and your
+    tokenizer. The first ``setup`` tokenizes them in parallel into a token store under
+    ``token_cache``; every later one, in any run and on any rank, maps it and tokenizes
+    nothing (one process per machine builds it, under a file lock). Token bytes and
+    per-document arrays stay memory-mapped; packing, buckets, token budgets, ``val_split``,
+    DDP-even batches and (elastic) resume work on it unchanged.
+
     Args:
-        texts: The texts, one per sample (a list of strings).
+        texts: The texts, one per sample (a list of strings), or a Hugging Face
+            ``datasets.Dataset`` (its ``text_key`` column, read in Arrow batches into the
+            token store; labels from its ``label_key`` column, when it has one).
         labels: One int or string label per text, or None.
-        train_file: A ``.jsonl``, ``.csv``, ``.tsv`` or ``.txt`` file, or a list of them,
-            instead of ``texts`` (see :mod:`datamodules.text.readers` for the formats).
+        train_file: A path or URL, a glob, a directory, or a list of them, instead of
+            ``texts``: ``.jsonl``, ``.csv``, ``.tsv`` or ``.txt`` files (each optionally
+            ``.gz`` / ``.zst``) and ``.parquet`` (see :mod:`datamodules.text.inputs`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
-        text_key: JSON key or CSV/TSV column of the text.
-        label_key: JSON key or CSV/TSV column of the label (absent: unlabelled).
+        text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
+        label_key: JSON key or column of the label. None (default): the ``"label"`` key or
+            column when the records have one, else unlabelled texts; a key given explicitly
+            must be in every record (a typo raises in ``setup``).
+        token_files: Instead of texts, a pre-tokenized corpus, mapped as it is: a Megatron-LM
+            indexed dataset (a path prefix with ``.bin`` + ``.idx``), or a flat token file
+            (``.bin`` / ``.npy``, nanoGPT style) split into documents at ``eos_id``
+            (:mod:`datamodules.text.token_files`).
+        dtype: The token dtype of a flat ``.bin`` (default ``"uint16"``, nanoGPT's).
+        eos_id: The end-of-text id that ends each document of a flat token file.
+        vocab_size: The vocabulary size when no tokenizer says it (token files).
+        token_cache: Where token stores live: a directory, None for
+            ``$DATAMODULES_CACHE/tokens`` (or ``~/.cache/datamodules/tokens``), or False to
+            tokenize files in memory at every setup.
+        tokenize_workers: Processes that tokenize a new store: ``"auto"`` (none for a
+            tokenizer with ``encode_batch``, which uses every core itself; else the CPUs) or an
+            int (0: this process).
+        storage_options: Passed to fsspec for remote files (e.g. an S3 ``endpoint_url``);
+            credentials in it are never saved in checkpoints.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
         tokenizer: ``"char"`` (default), ``"word"`` (whitespace-separated), or your tokenizer.
         lowercase: Lower-case texts before the built-in vocabulary sees them.
         min_freq: Built-in vocabulary: keep tokens seen at least this often in the train split.
@@ -131,18 +159,28 @@ class TextDataModule(TextInspection, BaseDataModule):
         ([[4, 2, 3], [4, 0, 0]], [0, 1], ['x', 'y'])
     """
 
+    fetch = GATHERED
     hparams_ignore = (*BaseDataModule.hparams_ignore, "texts", "labels", "tokenizer")
 
     def __init__(
         self,
-        texts: Sequence[str] | None = None,
+        texts: Sequence[str] | Any | None = None,
         labels: Sequence[int | str] | None = None,
         *,
         train_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         val_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         test_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         text_key: str = "text",
-        label_key: str = "label",
+        label_key: str | None = None,
+        token_files: str | os.PathLike | None = None,
+        dtype: str | None = None,
+        eos_id: int | None = None,
+        vocab_size: int | None = None,
+        token_cache: str | os.PathLike | bool | None = None,
+        tokenize_workers: int | str = "auto",
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
         tokenizer: Tokenizer = "char",
         lowercase: bool = False,
         min_freq: int = 1,
@@ -177,25 +215,8 @@ class TextDataModule(TextInspection, BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
-        if texts is not None and train_file is not None:
-            raise ValueError("give texts or train_file, not both.")
-        if labels is not None and texts is None:
-            raise ValueError("labels= needs texts=; files carry their labels under label_key.")
-        self._given = records_from_memory(texts, labels) if texts is not None else None
-        self.train_files = check_path(train_file, "train_file") if train_file is not None else None
-        self.val_files = check_path(val_file, "val_file") if val_file is not None else None
-        self.test_files = check_path(test_file, "test_file") if test_file is not None else None
-        if (
-            self._given is None
-            and self.train_files is None
-            and type(self).load_texts is TextDataModule.load_texts
-        ):
-            raise ValueError(
-                "TextDataModule needs data: pass texts (TextDataModule(texts, labels)), "
-                "train_file= (.jsonl/.csv/.tsv/.txt), or override load_texts()."
-            )
         for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str):
+            if not isinstance(key, str) and not (name == "label_key" and key is None):
                 raise TypeError(f"{name}={key!r} is not accepted: use a string.")
         check_text_arguments(
             tokenizer=tokenizer,
@@ -223,11 +244,28 @@ class TextDataModule(TextInspection, BaseDataModule):
         self.tokenizer = tokenizer
         self.lowercase, self.min_freq = lowercase, min_freq
         self.max_length, self.truncation_side = max_length, truncation_side
+        self.init_corpus(
+            texts=texts,
+            labels=labels,
+            files={"train": train_file, "val": val_file, "test": test_file},
+            token_files=token_files,
+            token_cache=token_cache,
+            tokenize_workers=tokenize_workers,
+            dtype=dtype,
+            eos_id=eos_id,
+            vocab_size=vocab_size,
+            storage_options=storage_options,
+            retries=retries,
+            timeout=timeout,
+            overridden=type(self).load_texts is not TextDataModule.load_texts,
+        )
         self.padding_side, self.pad_to_multiple_of = padding_side, pad_to_multiple_of
         self.batch_by, self.max_tokens = batch_by, max_tokens
         self.bucket, self.eval_bucket, self.pool_batches = bucket, eval_bucket, pool_batches
         if pad_id is None:
             pad_id = PAD_ID if isinstance(tokenizer, str) else tokenizer_pad_id(tokenizer)
+        if token_files is not None and isinstance(tokenizer, str):
+            self.tokenizer = None  # the ids are given: no tokenizer, no vocabulary
         self.pad_id = pad_id
         self.vocab: Vocabulary | None = None
         self.label_names: list[str] | None = None
@@ -235,6 +273,7 @@ class TextDataModule(TextInspection, BaseDataModule):
         self._pending_vocab: dict[str, Any] | None = None
         self._pending_label_names: list[str] | None = None
         self._planners: dict[str, PackPlanner] = {}
+        self._max_id: int | None = None
 
     # ------------------------------------------------------------------ data
     def load_texts(self) -> TextRecords | tuple[Sequence[str], Sequence[int | str] | None]:
@@ -243,14 +282,18 @@ class TextDataModule(TextInspection, BaseDataModule):
         Returns:
             ``(texts, labels)``: a list of strings and a list of int or string labels (or
             None when unlabelled). The default returns the ``texts``/``labels`` given, else
-            the records of ``train_file``.
+            the records of ``train_file`` read into memory (files that go through the token
+            store are not read here).
         """
         if self._given is not None:
             return self._given
-        assert self.train_files is not None
-        return read_text_files(self.train_files, self.text_key, self.label_key)
+        return self.read_into_memory("train")
 
-    def build_dataset(self) -> TextRecords:
+    def build_dataset(self) -> Any:
+        if type(self).load_texts is TextDataModule.load_texts:
+            corpus = self.corpus_of("train")
+            if corpus is not None:
+                return corpus
         loaded = self.load_texts()
         if isinstance(loaded, TextRecords):
             return loaded
@@ -261,22 +304,12 @@ class TextDataModule(TextInspection, BaseDataModule):
             )
         return records_from_memory(*loaded)
 
-    def split_sources(self) -> dict[str, TextRecords]:
+    def split_sources(self) -> dict[str, Any]:
         sources = {}
-        for split, files in (("val", self.val_files), ("test", self.test_files)):
-            if files is not None:
-                sources[split] = read_text_files(files, self.text_key, self.label_key)
+        for split in ("val", "test"):
+            if self.files[split] is not None:
+                sources[split] = self.corpus_of(split) or self.read_into_memory(split)
         return sources
-
-    def labels(self) -> torch.Tensor:
-        """One label id per sample of the main dataset (for ``stratify=True``)."""
-        records = self.dataset
-        if records.labels is None:
-            raise ValueError("stratify=True needs labels: these texts have none.")
-        if isinstance(records.labels[0], str):
-            names = {name: i for i, name in enumerate(sorted(set(records.labels)))}
-            return torch.tensor([names[v] for v in records.labels], dtype=torch.int64)
-        return torch.tensor(records.labels, dtype=torch.int64)
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str | None = None) -> None:
@@ -300,7 +333,9 @@ class TextDataModule(TextInspection, BaseDataModule):
                 )
         self._pending_vocab = self._pending_label_names = None
         for records in sources:
-            records.encoded = EncodedTexts(*self._tokenize(records), self._label_tensor(records))
+            if records.encoded is None:  # texts in memory; a store or token file is mapped
+                records.encoded = EncodedTexts(*self._tokenize(records), None)
+            records.encoded.labels = self._label_tensor(records)
             self._check_budget(records)
             if self.packing:
                 check_packable(records, self.label_key, self.seq_length, self.pack_mode)
@@ -314,41 +349,6 @@ class TextDataModule(TextInspection, BaseDataModule):
         if self.max_length is not None:
             flat, lengths = truncate(flat, lengths, self.max_length, self.truncation_side)
         return flat, lengths
-
-    def _encode_labels(self, sources: list[TextRecords], saved: list[str] | None) -> None:
-        """Checks that labelled sources agree in kind and sets :attr:`label_names`."""
-        labelled = [s for s in sources if s.labels is not None]
-        if not labelled:
-            return
-        kinds = {type(s.labels[0]) for s in labelled}
-        if len(kinds) > 1:
-            first = labelled[0]
-            other = next(s for s in labelled if type(s.labels[0]) is not type(first.labels[0]))
-            raise TypeError(
-                f"{other.where(0)}: label {other.labels[0]!r} is a "
-                f"{type(other.labels[0]).__name__} but {first.where(0)} has {first.labels[0]!r}: "
-                "use ints or strings in every split, not both."
-            )
-        if kinds != {str}:
-            return
-        names = sorted({v for s in labelled for v in s.labels})
-        if saved is not None:
-            unknown = sorted(set(names) - set(saved))
-            if unknown:
-                raise ValueError(
-                    f"the checkpoint's label_names {saved} lack the labels {unknown} found in "
-                    "this data: the saved model cannot predict them."
-                )
-            names = list(saved)
-        self.label_names = names
-
-    def _label_tensor(self, records: TextRecords) -> torch.Tensor | None:
-        if records.labels is None:
-            return None
-        if self.label_names is not None:
-            ids = {name: i for i, name in enumerate(self.label_names)}
-            return torch.tensor([ids[v] for v in records.labels], dtype=torch.int64)
-        return torch.tensor(check_labels(records.labels, records.where), dtype=torch.int64)
 
     def _check_budget(self, records: TextRecords) -> None:
         if self.batch_by != "tokens" or not len(records):
@@ -443,21 +443,10 @@ class TextDataModule(TextInspection, BaseDataModule):
         self._require_setup()
         if self.vocab is not None:
             return len(self.vocab)
-        declared = tokenizer_vocab_size(self.tokenizer)
-        seen = max(
-            (int(s.encoded.tokens.max()) + 1 for s in self._sources if s.encoded.tokens.numel()),
-            default=1,
-        )
-        return max(declared or 0, seen, self.pad_id + 1)
-
-    @property
-    def num_classes(self) -> int | None:
-        """Number of label ids (``len(label_names)``, or the largest int label + 1)."""
-        self._require_setup()
-        if self.label_names is not None:
-            return len(self.label_names)
-        labelled = [s.encoded.labels for s in self._sources if s.encoded.labels is not None]
-        return max(int(t.max()) + 1 for t in labelled) if labelled else None
+        declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
+        if self._max_id is None:
+            self._max_id = max((_max_id(s) for s in self._sources), default=-1)
+        return max(declared or 0, self._max_id + 1, self.pad_id + 1)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -489,3 +478,9 @@ class TextDataModule(TextInspection, BaseDataModule):
                 self.vocab = vocab  # same lengths (same level and lowercase), new ids
                 for records in self._sources:
                     records.encoded.set_tokens(self._tokenize(records)[0])
+
+
+def _max_id(source: Any) -> int:
+    """A source's largest token id: a store's from its metadata, else read from the tokens."""
+    known = getattr(source, "max_id", None)
+    return int(known) if known is not None else source.encoded.max_id()

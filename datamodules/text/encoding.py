@@ -25,17 +25,32 @@ class EncodedTexts:
     arrays that :func:`gather_padded` indexes (numpy's fancy indexing of a small batch is
     single-threaded and a few times faster than torch's here; see benchmarks/bench_text.py).
 
+    Memory-mapped arrays (a token store's, :mod:`datamodules.text.store`) are used as they
+    are: the tokens keep their ``uint16`` / ``uint32`` dtype, nothing is copied, and a pickled
+    ``EncodedTexts`` (for spawned workers) maps the same files again rather than carrying them.
+
     Args:
         flat: All token ids, sample after sample.
         lengths: Tokens per sample.
         labels: One int64 label per sample, or None.
+        offsets: Where each sample starts in ``flat`` (samples + 1 entries; default: the
+            running sum of ``lengths``).
     """
 
-    def __init__(self, flat: np.ndarray, lengths: np.ndarray, labels: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        flat: np.ndarray,
+        lengths: np.ndarray,
+        labels: torch.Tensor | None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
         self.set_tokens(flat)
-        self.lengths_np = np.ascontiguousarray(lengths, dtype=np.int64)
-        self.offsets_np = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(self.lengths_np, out=self.offsets_np[1:])
+        if offsets is None:
+            self.lengths_np = np.ascontiguousarray(lengths, dtype=np.int64)
+            self.offsets_np = np.zeros(len(lengths) + 1, dtype=np.int64)
+            np.cumsum(self.lengths_np, out=self.offsets_np[1:])
+        else:
+            self.lengths_np, self.offsets_np = lengths, offsets
         self.lengths = torch.from_numpy(self.lengths_np)
         self.offsets = torch.from_numpy(self.offsets_np)
         self.labels = labels
@@ -51,10 +66,42 @@ class EncodedTexts:
         self.labels_np = None if labels is None else labels.numpy()
 
     def set_tokens(self, flat: np.ndarray) -> None:
-        """Stores the buffer as int32 when every id fits (half the memory), else int64."""
-        small = not len(flat) or int(flat.max()) < 2**31
-        self.tokens_np = np.ascontiguousarray(flat, np.int32 if small else np.int64)
+        """Stores the buffer as int32 when every id fits (half the memory), else int64; a
+        memory-mapped buffer stays as it is."""
+        if isinstance(flat, np.memmap):
+            self.tokens_np = flat
+        else:
+            small = not len(flat) or int(flat.max()) < 2**31
+            self.tokens_np = np.ascontiguousarray(flat, np.int32 if small else np.int64)
         self.tokens = torch.from_numpy(self.tokens_np)
+
+    def max_id(self) -> int:
+        """The largest token id (-1 when there is none), read a slice at a time."""
+        step = 1 << 24
+        tops = (
+            int(self.tokens_np[i : i + step].max()) for i in range(0, len(self.tokens_np), step)
+        )
+        return max(tops, default=-1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("tokens_np", "lengths_np", "offsets_np"):
+            array = state[name]
+            if isinstance(array, np.memmap) and array.filename is not None:
+                state[name] = _Mapped(array)
+        for name in ("tokens", "lengths", "offsets", "_labels"):
+            state.pop(name)
+        state["labels"] = self._labels
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        labels = state.pop("labels")
+        for name, value in state.items():
+            setattr(self, name, value.open() if isinstance(value, _Mapped) else value)
+        self.tokens = torch.from_numpy(self.tokens_np)
+        self.lengths = torch.from_numpy(self.lengths_np)
+        self.offsets = torch.from_numpy(self.offsets_np)
+        self.labels = labels
 
     def __len__(self) -> int:
         return len(self.lengths_np)
@@ -68,6 +115,17 @@ class EncodedTexts:
         if self.labels is not None:
             out["labels"] = int(self.labels_np[index])
         return out
+
+
+class _Mapped:
+    """A memory-mapped array as pickles carry it: its file, dtype, shape and offset."""
+
+    def __init__(self, array: np.memmap) -> None:
+        self.file, self.dtype, self.shape = array.filename, array.dtype, array.shape
+        self.offset = array.offset
+
+    def open(self) -> np.memmap:
+        return np.memmap(self.file, self.dtype, "c", self.offset, self.shape)
 
 
 def gather_padded(

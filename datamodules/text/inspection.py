@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.summary import counted
 from datamodules.text.vocab import describe_tokenizer
 
 
@@ -33,11 +34,15 @@ class TextInspection:
         lines = [
             f"  tokenizer: {name}, vocab_size={self.vocab_size}, pad_id={self.pad_id}, "
             f"max_length={self.max_length}",
-            f"  tokens: {int(lengths.sum())} in one flat buffer; length mean "
+            f"  tokens: {int(lengths.sum())} {self._token_home()}; length mean "
             f"{float(lengths.mean()):.1f}, max {int(lengths.max())}",
         ]
         if self.label_names is not None:
-            lines.append(f"  labels: {len(self.label_names)} names {self.label_names[:8]}...")
+            names = self.label_names
+            shown = ", ".join(map(repr, names[:8])) + (
+                f", ... ({len(names) - 8} more)" if len(names) > 8 else ""
+            )
+            lines.append(f"  labels: {counted(len(names), 'class', 'classes')}: {shown}")
         if self.packing:
             return lines + self.packing_summary()
         budget = f" (max_tokens={self.max_tokens})" if self.batch_by == "tokens" else ""
@@ -48,11 +53,22 @@ class TextInspection:
         sampler = self._samplers.get("train")
         if isinstance(sampler, BucketBatchSampler):
             line += (
-                f"; train: {len(sampler)} batches per rank, padding efficiency "
+                f"; train: {counted(len(sampler), 'batch')} per rank, padding efficiency "
                 f"{sampler.padding_efficiency(sampler.epoch):.3f} (epoch {sampler.epoch})"
             )
         lines.append(line)
         return lines
+
+    def _token_home(self) -> str:
+        """Where the tokens are: one flat buffer, or the token store / token file mapped."""
+        homes = []
+        for source in self._sources:
+            path = getattr(source, "path", None) or getattr(source, "name", None)
+            if path is not None:
+                homes.append(f"{path} ({source.encoded.tokens_np.dtype.name})")
+        if not homes:
+            return "in one flat buffer"
+        return "memory-mapped from " + ", ".join(homes)
 
     def describe_data(self) -> list[str]:
         """What ``python -m datamodules inspect`` prints about the texts, per split.
@@ -155,7 +171,8 @@ class TextInspection:
 
     # ------------------------------------------------------------------ packing
     def packing_summary(self) -> list[str]:
-        """Summary lines of ``packing=True``: rows per epoch, real tokens, split documents."""
+        """Summary lines of ``packing=True``: rows per epoch, real tokens, documents cut
+        across rows (the train line above gives the rows and batches per rank)."""
         from datamodules.text.packing import packing_lines
 
         lines = [
@@ -167,8 +184,6 @@ class TextInspection:
             if len(idx):
                 epoch = sampler.epoch if split == "train" and sampler is not None else 0
                 lines.append("  " + packing_lines(self.planner(split), split, epoch))
-        if sampler is not None:
-            lines.append(f"  train: {len(sampler)} batches per rank")
         return lines
 
     def _describe_packing(self, describe_datamodule: Any, length_stats: Any) -> list[str]:
@@ -178,8 +193,10 @@ class TextInspection:
         for split, idx in indices.items():
             lengths = self.split_datasets[split].encoded.lengths[idx]
             lines.append(f"  {split}: {length_stats(lengths)}")
-        lines.append("packed rows (rows per epoch, share of real tokens, split documents):")
-        lines.extend(line for line in self.packing_summary()[1:] if "batches per rank" not in line)
+        lines.append(
+            "packed rows (rows per epoch, share of real tokens, documents cut across rows):"
+        )
+        lines.extend(self.packing_summary()[1:])
         return lines
 
     def _plot_packed(self, batch: Any, path: str | os.PathLike[str], split: str) -> Any:

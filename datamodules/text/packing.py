@@ -39,6 +39,7 @@ import torch
 from collates.pack_plan import POOL_DOCUMENTS, PackPlan, best_fit_plan, split_plan
 from collates.pack_rows import RowTable, gather_rows
 from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
 from datamodules.text.encoding import EncodedTexts
 
@@ -149,6 +150,11 @@ class PackedTextView(SplitView):
     row``), it returns the batch dict of :mod:`collates.packing` (``document_ids`` are
     positions in the split).
 
+    A packed batch is cheap to build (about 0.1 ms for 8 rows of 2,048), so with workers eight
+    of them travel as one message (``batches_per_message``; see
+    :mod:`datamodules.core.loaders`): indexed with a list of row-id batches, the view returns
+    the list of their batches.
+
     Args:
         encoded: The tokenized texts of the split's source.
         indices: Positions of the split's documents in ``encoded``.
@@ -156,6 +162,8 @@ class PackedTextView(SplitView):
         planner: The split's pack planner.
         pad_id: Id written at padding.
     """
+
+    batches_per_message = 8
 
     def __init__(
         self,
@@ -181,7 +189,9 @@ class PackedTextView(SplitView):
         """The epoch's pack plan (see :class:`PackPlanner`)."""
         return self.planner.plan(epoch)
 
-    def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
+    def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
+        if isinstance(batch, list):  # several batches for one worker message
+            return [self[b] for b in batch]
         epoch, rows = self._rows(batch)
         out = gather_rows(self.encoded.tokens_np, self.row_table(epoch), rows, self.pad_id)
         return self.transform(out) if self.transform is not None else out
@@ -256,7 +266,7 @@ class PackedRowSampler(IndexBatchSampler):
         )
 
     resumes_packed_rows = True
-    unit = "rows"
+    unit = "row"
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The epoch's row ids: the plan's rows shuffled from ``seed + epoch`` (when shuffling),
@@ -322,15 +332,18 @@ class PackedRowSampler(IndexBatchSampler):
 
 
 def packing_lines(planner: PackPlanner, split: str, epoch: int) -> str:
-    """One summary line: rows per epoch, the share of real tokens, split documents."""
+    """One summary line: rows per epoch, the share of real tokens, and how many documents
+    are cut across rows."""
     plan = planner.plan(epoch)
+    cut = plan.split_documents()
     return (
-        f"{split}: {planner.num_rows} rows of {planner.seq_length} per epoch, real tokens "
-        f"{planner.fill():.4f}, {plan.split_documents()} split documents (epoch {epoch})"
+        f"{split}: {counted(planner.num_rows, 'row')} of {planner.seq_length} per epoch, real "
+        f"tokens {planner.fill():.4f}, {counted(cut, 'document')} cut across rows "
+        f"(epoch {epoch})"
     )
 
 
-def check_packable(records: Any, label_key: str, seq_length: int, pack_mode: str) -> None:
+def check_packable(records: Any, label_key: str | None, seq_length: int, pack_mode: str) -> None:
     """Fails in ``setup`` on texts that cannot be packed, naming the file and line.
 
     Raises:
@@ -340,7 +353,8 @@ def check_packable(records: Any, label_key: str, seq_length: int, pack_mode: str
     if records.labels is not None and len(records):
         raise ValueError(
             f"{records.where(0)}: packing=True conflicts with labels: these texts have labels "
-            f"(label_key={label_key!r}), and packed rows are for texts without labels. Drop "
+            f"(label_key={label_key or 'label'!r}), and packed rows are for texts without "
+            "labels. Drop "
             "the labels or packing=True."
         )
     lengths = records.encoded.lengths_np

@@ -1,33 +1,27 @@
-"""Text records for TextDataModule: in-memory lists or ``.jsonl`` / ``.csv`` / ``.tsv`` / ``.txt``.
+"""Text records in memory for TextDataModule: from lists, or read whole from files.
 
-Formats (UTF-8; blank lines are not records; every error names the file and line):
-
-* ``.jsonl``: one JSON object per line; the text under ``text_key``, the label (an int or a
-  string), if any, under ``label_key``. Either every record has a label or none does.
-* ``.csv`` / ``.tsv``: a header row naming the columns; the text in column ``text_key``, the
-  label, if any, in column ``label_key``. A label column whose every value is an integer
-  (``"3"``, ``"-1"``) gives int labels; otherwise labels are strings.
-* ``.txt``: one text per line, no labels.
+:class:`TextRecords` holds texts, labels and where each came from; :func:`records_from_memory`
+checks in-memory ``texts`` / ``labels``; :func:`read_text_files` reads files into memory (the
+formats are :mod:`datamodules.text.inputs`'). Either every record has a label or none does.
+Corpora bigger than memory go through the token store instead (:mod:`datamodules.text.store`).
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import numbers
 import os
-import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-SUFFIXES: tuple[str, ...] = (".jsonl", ".csv", ".tsv", ".txt")
+from datamodules.remote.files import is_remote, local_path
+from datamodules.remote.retrying import RemoteOptions
+from datamodules.text.inputs import DEFAULT_LABEL_KEY, read_documents, table_labels
+
 Label = int | str
 PathLike = str | os.PathLike
-_INT = re.compile(r"[+-]?\d+")
 
 
 class TextRecords:
@@ -65,31 +59,6 @@ class TextRecords:
         if self.encoded is None:
             raise RuntimeError("texts are not tokenized yet: call setup() first.")
         return self.encoded.sample(index)
-
-
-def check_path(path: Any, name: str) -> list[Path]:
-    """Validates a path or list of paths argument; returns it as a list of Paths.
-
-    Raises:
-        TypeError: If it is neither a path nor a list of paths.
-        ValueError: If a suffix is not one of ``.jsonl``, ``.csv``, ``.tsv``, ``.txt``.
-    """
-    items = list(path) if isinstance(path, (list, tuple)) else [path]
-    if not items:
-        raise ValueError(f"{name}=[] is not accepted: give a file path or a non-empty list.")
-    paths = []
-    for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(
-                f"{name}={path!r} is not accepted: use a file path or a list of file paths."
-            )
-        file = Path(item)
-        if file.suffix.lower() not in SUFFIXES:
-            raise ValueError(
-                f"{name}={str(item)!r} is not accepted: use a file ending in {', '.join(SUFFIXES)}."
-            )
-        paths.append(file)
-    return paths
 
 
 def check_labels(values: Sequence[Any], where: Any) -> list[Label]:
@@ -153,111 +122,13 @@ def records_from_memory(texts: Any, labels: Any = None) -> TextRecords:
     return TextRecords(texts, check_labels(labels, lambda i: f"labels[{i}]"))
 
 
-def _read_jsonl(path: Path, text_key: str, label_key: str) -> tuple[list, list, list]:
-    texts, labels, lines = [], [], []
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}, line {number}: not valid UTF-8 ({error.reason})."
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{path}, line {number}: invalid JSON: {error.msg} (column {error.colno})."
-                ) from None
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f"{path}, line {number}: expected a JSON object with a {text_key!r} key, "
-                    f"got a {type(record).__name__}."
-                )
-            if text_key not in record:
-                raise ValueError(
-                    f"{path}, line {number}: no {text_key!r} key (keys: {sorted(record)}); set "
-                    "text_key to the key that holds the text."
-                )
-            text = record[text_key]
-            if not isinstance(text, str):
-                raise ValueError(
-                    f"{path}, line {number}: {text_key!r} holds a {type(text).__name__} "
-                    f"({text!r}); expected a string."
-                )
-            texts.append(text)
-            labels.append(record.get(label_key))
-            lines.append(number)
-    return texts, labels, lines
-
-
-def _read_table(
-    path: Path, text_key: str, label_key: str, delimiter: str
-) -> tuple[list, list, list]:
-    texts, labels, lines = [], [], []
-    number = 1
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle, delimiter=delimiter)
-            header = next(reader, None)
-            if header is None:
-                raise ValueError(f"{path}: the file is empty; expected a header row.")
-            if text_key not in header:
-                raise ValueError(
-                    f"{path}, line 1: no column {text_key!r} in the header {header}; set text_key "
-                    "to the column that holds the text."
-                )
-            text_col = header.index(text_key)
-            label_col = header.index(label_key) if label_key in header else None
-            for row in reader:
-                number = reader.line_num
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    continue
-                if len(row) != len(header):
-                    raise ValueError(
-                        f"{path}, line {number}: {len(row)} fields but the header has "
-                        f"{len(header)}."
-                    )
-                texts.append(row[text_col])
-                lines.append(number)
-                if label_col is None:
-                    labels.append(None)
-                    continue
-                label = row[label_col].strip()
-                if not label:
-                    raise ValueError(f"{path}, line {number}: empty {label_key!r} label.")
-                labels.append(label)
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}, near line {number + 1}: not valid UTF-8 ({error.reason})."
-        ) from None
-    except csv.Error as error:
-        raise ValueError(f"{path}, line {number}: {error}.") from None
-    if labels and all(isinstance(v, str) and _INT.fullmatch(v) for v in labels):
-        labels = [int(v) for v in labels]
-    return texts, labels, lines
-
-
-def _read_txt(path: Path) -> tuple[list, list, list]:
-    texts, lines = [], []
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}, line {number}: not valid UTF-8 ({error.reason})."
-                ) from None
-            if line.strip():
-                texts.append(line)
-                lines.append(number)
-    return texts, [None] * len(texts), lines
-
-
-def read_text_files(paths: Sequence[PathLike], text_key: str, label_key: str) -> TextRecords:
-    """Reads and concatenates text files (see the module docstring for the formats).
+def read_text_files(
+    paths: Sequence[PathLike],
+    text_key: str,
+    label_key: str | None,
+    options: RemoteOptions | None = None,
+) -> TextRecords:
+    """Reads and concatenates text files into memory (formats: :mod:`datamodules.text.inputs`).
 
     Raises:
         FileNotFoundError: If a file does not exist.
@@ -265,37 +136,46 @@ def read_text_files(paths: Sequence[PathLike], text_key: str, label_key: str) ->
             records, or labels on some records but not others.
         TypeError: For labels that are neither ints nor strings, or a mix of both.
     """
+    options = options or RemoteOptions()
     texts: list[str] = []
     labels: list[Any] = []
     files: list[str] = []
     file_index: list[np.ndarray] = []
     lines: list[np.ndarray] = []
-    for path in map(Path, paths):
-        if not path.is_file():
+    for path in map(os.fspath, paths):
+        if not is_remote(path) and not os.path.isfile(local_path(path)):
             raise FileNotFoundError(f"{path}: no such file.")
-        suffix = path.suffix.lower()
-        if suffix == ".jsonl":
-            t, lab, num = _read_jsonl(path, text_key, label_key)
-        elif suffix in (".csv", ".tsv"):
-            t, lab, num = _read_table(path, text_key, label_key, "," if suffix == ".csv" else "\t")
-        else:
-            t, lab, num = _read_txt(path)
-        if not t:
+        count, file_labels = 0, []
+        for chunk in read_documents(path, text_key, label_key, options):
+            texts.extend(chunk.texts)
+            file_labels.extend(chunk.labels or [None] * len(chunk.texts))
+            lines.append(np.asarray(chunk.lines, dtype=np.int64))
+            count += len(chunk.texts)
+        if not count:
             raise ValueError(f"{path}: no records (the file is empty or blank).")
-        texts.extend(t)
-        labels.extend(lab)
-        file_index.append(np.full(len(t), len(files), dtype=np.int32))
-        lines.append(np.asarray(num, dtype=np.int64))
-        files.append(str(path))
+        labels.extend(table_labels(path, file_labels))
+        file_index.append(np.full(count, len(files), dtype=np.int32))
+        files.append(path)
     origins = (files, np.concatenate(file_index), np.concatenate(lines))
     records = TextRecords(texts, None, origins)
-    has = [label is not None for label in labels]
-    if any(has):
-        if not all(has):
-            first, missing = has.index(True), has.index(False)
-            raise ValueError(
-                f"{records.where(missing)}: no {label_key!r} label, but {records.where(first)} "
-                "has one: label every record or none."
-            )
-        records.labels = check_labels(labels, records.where)
+    records.labels = labels_of(labels, records.where, label_key or DEFAULT_LABEL_KEY)
     return records
+
+
+def labels_of(labels: list[Any], where: Any, label_key: str) -> list[Label] | None:
+    """The records' labels (None when no record has one), checked.
+
+    Raises:
+        ValueError: Some records have a label and others do not.
+        TypeError: A label that is neither an int nor a string, or a mix of both.
+    """
+    has = [label is not None for label in labels]
+    if not any(has):
+        return None
+    if not all(has):
+        first, missing = has.index(True), has.index(False)
+        raise ValueError(
+            f"{where(missing)}: no {label_key!r} label, but {where(first)} has one: label every "
+            "record or none."
+        )
+    return check_labels(labels, where)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -150,10 +151,14 @@ def encode_with(
     """
     outputs = None
     if hasattr(tokenizer, "encode_batch"):
+        # encode_batch_fast (tokenizers >= 0.20) gives the same ids without the offsets.
+        batch = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
         try:
-            outputs = tokenizer.encode_batch(list(texts))
+            outputs = batch(list(texts))
         except Exception:  # noqa: BLE001 - encoded one by one below to name the failing text
             outputs = None
+        if outputs is not None and len(outputs) and hasattr(outputs[0], "ids"):
+            return _flat_ids([output.ids for output in outputs])
     if outputs is None:
         encode = tokenizer.encode if hasattr(tokenizer, "encode") else tokenizer
         outputs = []
@@ -179,6 +184,13 @@ def encode_with(
         arrays.append(ids.astype(np.int64, copy=False))
     lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+    return flat, lengths
+
+
+def _flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids (Encodings' ``.ids``) as one flat int64 buffer and lengths."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
     return flat, lengths
 
 
@@ -224,3 +236,38 @@ def tokenizer_vocab_size(tokenizer: Any) -> int | None:
     if isinstance(size, int):
         return size if not hasattr(tokenizer, "__len__") else max(size, len(tokenizer))
     return None
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, str]:
+    """What identifies a tokenizer for the token store: its class and a hash of its state.
+
+    The state is, by preference: the serialized tokenizer (``to_str()`` of a Hugging Face
+    ``tokenizers.Tokenizer``, or a ``transformers`` tokenizer's ``backend_tokenizer``); its
+    vocabulary (``get_vocab()``); a function's code, constants and closure; else the object
+    pickled. Two tokenizers with the same fingerprint give the same ids.
+    """
+    import hashlib
+    import json
+    import pickle
+
+    kind = type(tokenizer)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if hasattr(tokenizer, "to_str"):
+        state = tokenizer.to_str().encode()
+    elif backend is not None and hasattr(backend, "to_str"):
+        specials = getattr(tokenizer, "special_tokens_map", {})
+        state = (backend.to_str() + json.dumps(specials, sort_keys=True, default=str)).encode()
+    elif callable(getattr(tokenizer, "get_vocab", None)):
+        state = json.dumps(sorted(tokenizer.get_vocab().items()), default=str).encode()
+    elif hasattr(tokenizer, "__code__"):
+        code = tokenizer.__code__
+        cells = tuple(c.cell_contents for c in (tokenizer.__closure__ or ()))
+        name = f"{tokenizer.__module__}.{tokenizer.__qualname__}"
+        state = code.co_code + repr((code.co_consts, code.co_names, cells)).encode()
+    else:
+        try:
+            state = pickle.dumps(tokenizer, protocol=4)
+        except Exception:  # noqa: BLE001 - an object that does not pickle: its repr
+            state = repr(tokenizer).encode()
+    return {"class": name, "state": hashlib.sha256(state).hexdigest()}

@@ -394,6 +394,8 @@ class DataModuleContract:
             ({"batch_size": 0}, ValueError, "batch_size"),
             ({"batch_size": 2.5}, TypeError, "batch_size"),
             ({"val_split": 1.5}, ValueError, "val_split"),
+            ({"val_split": 1.0}, ValueError, r"val_split=1.0 .* a fraction must be in \[0, 1\)"),
+            ({"test_split": 5.0}, ValueError, "test_split=5.0"),
             ({"val_split": -1}, ValueError, "val_split"),
             ({"test_split": "10%"}, TypeError, "test_split"),
             ({"val_split": 0.6, "test_split": 0.4}, ValueError, "val_split"),

@@ -9,6 +9,7 @@ keeping its quota over the two runs.
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import subprocess
@@ -36,6 +37,7 @@ from datamodules import (
     TextDataModule,
 )
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
+from tests.datamodules.text.test_packing import token_ids
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -159,11 +161,6 @@ def image_case(tmp_path: Path) -> RichCase:
     )
 
 
-def packed_ids(batch: dict[str, torch.Tensor]) -> list[int]:
-    real = batch["document_ids"] >= 0
-    return (batch["document_ids"][real] * 1000 + batch["position_ids"][real]).tolist()
-
-
 def texts(n: int = 40) -> list[str]:
     words = ["alpha", "beta", "gamma", "delta", "eps"]
     return [" ".join(words[(i * 3 + j) % 5] for j in range(1 + i % 7)) for i in range(n)]
@@ -194,9 +191,62 @@ def packed_text_case(tmp_path: Path) -> RichCase:
             batch_size=3,
             num_workers=0,
         ),
-        batch_ids=packed_ids,
+        batch_ids=token_ids,
         unsaved={"tokenizer"},
         again=lambda: {"tokenizer": tokenizer},
+    )
+
+
+def store_text_case(tmp_path: Path) -> RichCase:
+    """JSONL shards by a glob and a gzipped validation file, through the token store."""
+    corpus = texts(48)
+    (tmp_path / "data").mkdir()
+    for k in range(2):
+        lines = "".join(json.dumps({"text": t}) + "\n" for t in corpus[k:40:2])
+        (tmp_path / "data" / f"part-{k}.jsonl").write_text(lines)
+    val = "".join(json.dumps({"text": t}) + "\n" for t in corpus[40:])
+    (tmp_path / "val.jsonl.gz").write_bytes(gzip.compress(val.encode()))
+    tokenizer = bpe(corpus)
+    return RichCase(
+        make=lambda: TextDataModule(
+            train_file=str(tmp_path / "data" / "*.jsonl"),
+            val_file=[tmp_path / "val.jsonl.gz"],
+            tokenizer=tokenizer,
+            token_cache=tmp_path / "tokens",
+            tokenize_workers=0,
+            storage_options={"anon": True},
+            retries=2,
+            timeout=30.0,
+            packing=True,
+            seq_length=8,
+            batch_size=3,
+            num_workers=0,
+        ),
+        batch_ids=token_ids,
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
+def token_files_case(tmp_path: Path) -> RichCase:
+    """A nanoGPT-style flat token file split at eos_id, without a tokenizer."""
+    generator = np.random.default_rng(0)
+    flat = [t for n in range(40) for t in [*generator.integers(1, 60, 1 + n % 9), 0]]
+    np.asarray(flat, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    return RichCase(
+        make=lambda: TextDataModule(
+            token_files=tmp_path / "train.bin",
+            dtype="uint16",
+            eos_id=0,
+            vocab_size=64,
+            packing=True,
+            seq_length=8,
+            batch_size=3,
+            val_split=0.2,
+            num_workers=0,
+        ),
+        batch_ids=token_ids,
+        unsaved=set(),
     )
 
 
@@ -313,6 +363,8 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "image-folder": image_case,
     "text-packed": packed_text_case,
     "text-token-budget": budget_text_case,
+    "text-token-store": store_text_case,
+    "text-token-files": token_files_case,
     "stream-mixed-1-worker": lambda p: stream_case(p, 1),
     "stream-mixed-2-workers": lambda p: stream_case(p, 2),
     "stream-image-records": image_stream_case,

@@ -1,4 +1,5 @@
-"""examples/train_lm.py: attention stays within documents, and a short run trains."""
+"""examples/train_lm.py: attention stays within documents, a short run trains with a real BPE
+from the token store, and the second run maps the store instead of tokenizing."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import torch
 
 from collates import pack_collate
-from examples.train_lm import TinyLM, byte_ids, document_mask, main
+from examples.train_lm import TinyLM, document_mask, main
 
 
 def packed_row(a: list[int], b: list[int], c: list[int], width: int = 24) -> dict:
@@ -61,16 +62,16 @@ def test_document_mask_is_block_diagonal_and_causal() -> None:
     assert torch.equal(mask, expected)
 
 
-def test_byte_ids_keep_zero_for_padding() -> None:
-    assert byte_ids("a\x00é").tolist() == [98, 1, 196, 170]
-
-
-def test_a_short_run_trains_and_its_loss_falls(capsys) -> None:
-    figures = main(
-        ["--max-steps", "40", "--max-files", "12", "--val-batches", "4", "--seq-length", "64",
-         "--batch-size", "8", "--dim", "48", "--workers", "0"]
-    )  # fmt: skip
-    assert figures["steps"] == 40 and figures["tokens_per_s"] > 0
-    assert figures["val_loss"] < 0.75 * math.log(257), figures  # uniform bytes: log(257)
+def test_a_short_run_trains_and_the_second_run_maps_the_store(capsys, tmp_path) -> None:
+    argv = ["--max-steps", "60", "--max-files", "12", "--val-batches", "4", "--seq-length", "64",
+            "--batch-size", "8", "--dim", "48", "--workers", "0", "--vocab", "512",
+            "--cache", str(tmp_path)]  # fmt: skip
+    figures = main(argv)
+    assert figures["steps"] == 60 and figures["tokens_per_s"] > 0
+    assert figures["val_loss"] < 0.85 * math.log(512), figures  # uniform tokens: log(512)
     printed = capsys.readouterr().out
+    assert "tokenized into the token store" in printed and "512-id BPE" in printed
     assert "val loss" in printed and "real tokens/s" in printed
+    again = main([*argv[:1], "1", *argv[2:]])  # one step: the second run starts at once
+    assert "mapped the token store" in capsys.readouterr().out
+    assert again["setup_seconds"] < figures["setup_seconds"]

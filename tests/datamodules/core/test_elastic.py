@@ -7,6 +7,7 @@ the contract test runs the real thing through the Trainer under DDP for each Dat
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -141,3 +142,78 @@ def test_the_state_stays_small() -> None:
         sizes.append(len(json.dumps(sampler.state_dict(consumed_batches=7))))
     assert abs(sizes[0] - sizes[1]) <= 4  # the digits of num_samples, nothing per sample
     assert Segment.from_dict(Segment(2, 32, 7).to_dict()) == Segment(2, 32, 7)
+
+
+def layouts(sampler_states: dict, make: Callable[[], list[IndexBatchSampler]]) -> list:
+    out = []
+    for exact_below in (0, 1 << 62):  # the way in O(share), then the exact one
+        ranks = make()
+        for rank in ranks:
+            rank.exact_below = exact_below
+            rank.load_state_dict(sampler_states)
+        out.append(
+            [
+                ([p.tolist() for p in rank._elastic_layout()[1]], rank.resume_repeats)
+                if rank._segments
+                else None
+                for rank in ranks
+            ]
+        )
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    worlds=st.lists(st.integers(1, 9), min_size=2, max_size=4),
+    batch_sizes=st.lists(st.integers(1, 12), min_size=4, max_size=4),
+    fractions=st.lists(st.floats(0, 1), min_size=3, max_size=3),
+    drop_last=st.booleans(),
+)
+def test_the_layout_in_o_share_equals_the_exact_one(
+    n: int, worlds: list[int], batch_sizes: list[int], fractions: list[float], drop_last: bool
+) -> None:
+    # Chains of resumes on other world and batch sizes, interrupted anywhere (at the start,
+    # mid-epoch, at the last batches): every rank's batches and repeats agree.
+    state = None
+    for run, world in enumerate(worlds):
+
+        def make(world: int = world, run: int = run) -> list[IndexBatchSampler]:
+            return [
+                IndexBatchSampler(
+                    n, batch_sizes[run], num_replicas=world, rank=r, seed=7, drop_last=drop_last
+                )  # fmt: skip
+                for r in range(world)
+            ]
+
+        if state is not None:
+            fast, exact = layouts(state, make)
+            assert fast == exact
+        ranks = make()
+        for rank in ranks:
+            if state is None:
+                rank.set_epoch(0)
+            else:
+                rank.load_state_dict(state)
+        if ranks[0].ended_length is not None or run == len(worlds) - 1:
+            break
+        length = ranks[0].epoch_length()
+        done = 0 if state is None else state["batches_consumed"]
+        take = round(fractions[run] * (length - done))
+        state = ranks[0].state_dict(consumed_batches=done + take)
+
+
+def test_a_100k_split_resumes_by_the_way_in_o_share() -> None:
+    # 100,000 samples on 8 ranks, 1,000 batches per rank in: only the runs' edges are built.
+    state = IndexBatchSampler(100_000, 10, num_replicas=8, rank=0).state_dict(consumed_batches=1000)
+    ranks = [IndexBatchSampler(100_000, 7, num_replicas=5, rank=r) for r in range(5)]
+    for rank in ranks:
+        rank.load_state_dict(state)
+    assert all(rank._fast_elastic_layout(rank.with_layout(rank._segments[0]), 100_000)
+               is not None for rank in ranks)  # fmt: skip
+    seen = [int(i) for rank in ranks for batch in rank for i in batch]
+    first = IndexBatchSampler(100_000, 10, num_replicas=8, rank=0)
+    consumed = [int(i) for r in range(8) for b in first.with_layout(Segment(8, 10, 0))
+                ._batches_from(first.permutation(0), r)[:1000] for i in b]  # fmt: skip
+    assert sorted(seen + consumed) == list(range(100_000))
+    assert len({len(rank) for rank in ranks}) == 1

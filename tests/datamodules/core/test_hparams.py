@@ -12,7 +12,7 @@ import torch
 
 from datamodules import Source, StreamingDataModule, TensorDataModule, TextDataModule
 from datamodules.core.hparams import NotPlain, to_plain
-from datamodules.streaming.credentials import NOT_SAVED, checkpoint_storage_options
+from datamodules.remote.credentials import NOT_SAVED, checkpoint_storage_options
 
 
 class Colour(enum.StrEnum):

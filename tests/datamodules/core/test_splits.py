@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.core.splits import (
+    compute_split_indices,
     explicit_split_indices,
     random_split_indices,
     split_fingerprint,
@@ -93,3 +94,26 @@ def test_fingerprint_changes_with_any_index() -> None:
     assert split_fingerprint(3, base) == split_fingerprint(3, dict(base))
     assert split_fingerprint(3, base) != split_fingerprint(3, moved)
     assert split_fingerprint(3, base) != split_fingerprint(4, base)
+
+
+@pytest.mark.parametrize("value", [1.0, 5.0, 100.0])
+def test_a_float_is_always_a_fraction(value: float) -> None:
+    # YAML's "val_split: 1.0" means a fraction, and a fraction must be below 1.
+    with pytest.raises(ValueError, match=rf"val_split={value!r} .* a fraction must be in"):
+        split_sizes(200, value, 0)
+    assert split_sizes(200, int(value), 0)[1] == int(value)  # the int is a count
+
+
+def test_stratifying_continuous_labels_is_refused_as_scikit_learn_does() -> None:
+    labels = torch.linspace(0, 1, 50)  # every value its own "class"
+    with pytest.raises(
+        ValueError,
+        match=r"stratify=True needs class labels, but these are "
+        r"continuous: float values such as .* 50 distinct among 50 samples",
+    ):
+        compute_split_indices(50, explicit=None, val_split=0.2, test_split=0, seed=0,
+                              labels=lambda: labels)  # fmt: skip
+    whole = torch.tensor([0.0, 1.0, 2.0] * 10)  # floats that are whole numbers are classes
+    parts = compute_split_indices(30, explicit=None, val_split=0.2, test_split=0, seed=0,
+                                  labels=lambda: whole)  # fmt: skip
+    assert np.bincount(whole[parts["val"]].long().numpy()).tolist() == [2, 2, 2]

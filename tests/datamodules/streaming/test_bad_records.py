@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from datamodules import StreamingDataModule
+from datamodules.core.skipped import Skipped
 from datamodules.streaming.errors import RecordError, ShardError
 
 BAD = {
@@ -65,6 +66,12 @@ def test_bad_records_skip_counts_and_reports(tmp_path, case):
     delivered = [r for batch in dm.train_dataloader() for r in batch]
     assert len(delivered) == good  # every good record once, nothing else
     unreadable = case in ("gzip", "parquet")
-    assert dm.skipped.total == (0 if unreadable else 1)
+    assert dm.skipped.records == (0 if unreadable else 1)
     assert len(dm.skipped.unreadable) == (1 if unreadable else 0)
+    # dm.skipped is the one type every DataModule has: (where, why) pairs, all counted
+    assert isinstance(dm.skipped, Skipped) and dm.skipped.total == len(dm.skipped) == 1
+    where, why = dm.skipped[0]
+    name, _, message, _ = BAD[case]
+    assert where.startswith(str(tmp_path / name)) and why
+    assert message in f"{where}: {why}"
     assert BAD[case][0] in dm.summary()

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.streaming.cache import ShardCache, parse_size
+from datamodules.remote.cache import ShardCache, parse_size
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.streaming.index import index_shards
 from datamodules.streaming.loader import StreamLoader
 from datamodules.streaming.readers import ShardReader
-from datamodules.streaming.retrying import RemoteOptions
 from datamodules.streaming.stream import ShardedStream
 
 N = 400  # records per shard

@@ -97,9 +97,12 @@ def test_record_shapes(shards, tmp_path):
     assert list(read_records(str(shards["txt"]), stop=2)) == ["line 0", "line 1"]
     assert next(read_records(str(shards["parquet"]), start=301)) == {"id": 301, "tokens": [0]}
     txt = tmp_path / "blank.txt"
-    txt.write_text("a\n\nb")  # blank lines are records in text, a final newline is not
-    assert list(read_records(str(txt))) == ["a", "", "b"]
+    # As in TextDataModule's .txt files, a blank (or whitespace-only) line is not a record.
+    txt.write_text("a\n\n  \t\nb\n\nc")
+    assert list(read_records(str(txt))) == ["a", "b", "c"]
     assert count_records(str(txt), cache_dir=False) == 3
+    assert list(read_records(str(txt), start=1)) == ["b", "c"]  # positions skip blanks too
+    assert list(read_records(str(txt), start=2, stop=3)) == ["c"]
 
 
 def test_parquet_reads_only_needed_row_groups(shards, monkeypatch):

@@ -24,12 +24,12 @@ import pytest
 import s3fs
 from moto import server as moto_server
 
+from datamodules.remote.retrying import RemoteError, RemoteOptions, describe
 from datamodules.streaming.errors import ShardError
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.index import index_shard, index_shards
 from datamodules.streaming.loader import StreamLoader
 from datamodules.streaming.readers import ShardReader
-from datamodules.streaming.retrying import RemoteError, RemoteOptions, describe
 from datamodules.streaming.stream import ShardedStream
 
 N = 3000  # records per shard: a body of ~100 KB, so a cut lands mid-shard

@@ -249,7 +249,7 @@ class TestInputs:
         dm.train_dataloader()
         text = repr(dm)
         assert "char-level vocabulary, vocab_size=6, pad_id=0" in text
-        assert "train: 1 batches per rank, padding efficiency 0.833" in text
+        assert "train: 1 batch per rank, padding efficiency 0.833" in text
         assert "texts" not in dm.hparams and dm.hparams["batch_by"] == "samples"
 
     def test_load_texts_is_the_extension_point(self) -> None:
@@ -321,7 +321,7 @@ class TestBadInput:
             ((["a", "b"], [1, 2.5]), {}, TypeError, r"labels\[1\]: label 2.5 \(float\)"),
             ((), {}, ValueError, "needs data"),
             ((["a"],), {"train_file": "x.jsonl"}, ValueError, "not both"),
-            ((), {"train_file": "data.parquet"}, ValueError, r"train_file='data.parquet'"),
+            ((), {"train_file": "data.xlsx"}, ValueError, r"train_file=.data.xlsx."),
             ((["a"],), {"tokenizer": "bpe"}, ValueError, "tokenizer='bpe'"),
             ((["a"],), {"tokenizer": 3}, TypeError, "tokenizer=3"),
             ((["a"],), {"padding_side": "top"}, ValueError, "padding_side='top'"),
@@ -401,3 +401,75 @@ class TestBadInput:
         dm.setup("fit")
         with pytest.raises(ValueError, match="'word' with lowercase=False"):
             dm.load_state_dict(state)
+
+
+class TestLabelKey:
+    """An explicit label_key must be in the records; the default reads "label" when present."""
+
+    def write(self, tmp_path: Path, name: str, body: str) -> Path:
+        path = tmp_path / name
+        path.write_text(body)
+        return path
+
+    def test_a_mistyped_label_key_raises_naming_the_file_line_and_keys(self, tmp_path) -> None:
+        body = "".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(6))
+        path = self.write(tmp_path, "train.jsonl", body)
+        dm = TextDataModule(train_file=path, label_key="lable", val_split=0)
+        with pytest.raises(ValueError, match=r"train\.jsonl, line 1: no 'lable' key \(keys: "
+                           r"\['label', 'text'\]\); set label_key"):  # fmt: skip
+            dm.setup()
+
+    def test_the_default_reads_labels_when_present_and_none_otherwise(self, tmp_path) -> None:
+        labelled = "".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(6))
+        dm = TextDataModule(train_file=self.write(tmp_path, "a.jsonl", labelled), val_split=0)
+        dm.setup()
+        assert dm.num_classes == 2 and "labels" in next(iter(dm.train_dataloader()))
+        plain = "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(6))
+        dm = TextDataModule(train_file=self.write(tmp_path, "b.jsonl", plain), val_split=0)
+        dm.setup()
+        assert dm.num_classes is None and "labels" not in next(iter(dm.train_dataloader()))
+
+    def test_an_explicit_label_key_must_be_a_csv_column(self, tmp_path) -> None:
+        path = self.write(tmp_path, "train.csv", "text,label\na,1\nb,0\n")
+        with pytest.raises(ValueError, match=r"train\.csv, line 1: no column 'y' in the header"):
+            TextDataModule(train_file=path, label_key="y", val_split=0).setup()
+        dm = TextDataModule(train_file=path, label_key="label", val_split=0)
+        dm.setup()
+        assert dm.num_classes == 2
+
+    def test_an_explicit_label_key_on_txt_files_raises(self, tmp_path) -> None:
+        path = self.write(tmp_path, "train.txt", "a\nb\n")
+        with pytest.raises(ValueError, match=r"train\.txt: a \.txt file holds no labels, but "
+                           r"label_key='label' was given"):  # fmt: skip
+            TextDataModule(train_file=path, label_key="label", val_split=0).setup()
+
+    def test_a_jsonl_syntax_error_names_its_real_column(self, tmp_path) -> None:
+        bad = '{"text": "a sentence", "label": 1 "x": 2}'
+        path = self.write(tmp_path, "bad.jsonl", '{"text": "ok", "label": 0}\n' + bad + "\n")
+        column = bad.index('"x"') + 1
+        with pytest.raises(ValueError, match=rf"bad\.jsonl, line 2: invalid JSON: Expecting "
+                           rf"',' delimiter \(column {column}\)"):  # fmt: skip
+            TextDataModule(train_file=path, val_split=0).setup()
+
+
+class TestSummaryWording:
+    def test_every_label_name_shown_without_an_ellipsis(self) -> None:
+        dm = TextDataModule(["ab", "c", "dd", "e"], ["pos", "neg", "pos", "neg"], val_split=0)
+        dm.setup()
+        assert "  labels: 2 classes: 'neg', 'pos'\n" in dm.summary() + "\n"
+        many = TextDataModule([f"t{i}" for i in range(10)], [f"c{i}" for i in range(10)],
+                              val_split=0)  # fmt: skip
+        many.setup()
+        assert "labels: 10 classes: 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', ... (2 more)" \
+            in many.summary()  # fmt: skip
+
+    def test_packed_summary_counts_rows_and_cut_documents(self) -> None:
+        texts = ["".join("abc"[(i + j) % 3] for j in range(1 + i % 9)) for i in range(30)]
+        dm = TextDataModule(texts, packing=True, seq_length=8, batch_size=2, val_split=0)
+        dm.setup()
+        rows = dm.planner("train").num_rows
+        batches = -(-rows // 2)
+        summary = dm.summary()  # before any loader is built
+        assert f"{rows} rows and {batches} batches per rank" in summary
+        assert len(dm.train_dataloader()) == batches
+        assert "documents cut across rows" in summary and "split documents" not in summary

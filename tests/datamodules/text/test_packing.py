@@ -179,7 +179,7 @@ class TestWholeMode:
         assert len(counts) == 1, "the same number of rows every epoch"
         assert compositions[0] != compositions[1] != compositions[2]
         summary = dm.summary()
-        assert "0 split documents" in summary and "rows of 24 per epoch" in summary
+        assert "0 documents cut across rows" in summary and "rows of 24 per epoch" in summary
 
     def test_each_epoch_deals_equal_length_documents_to_one_best_fit_plan(self) -> None:
         dm = make(pack_mode="whole", seq_length=24)
@@ -292,7 +292,7 @@ class TestInspect:
         planner = dm.planner("train")
         fill = len(expected_ids(dm, "train")) / (planner.num_rows * L)
         assert f"{planner.num_rows} rows of 16 per epoch, real tokens {fill:.4f}" in summary
-        assert "split documents" in summary
+        assert "documents cut across rows" in summary
         lines = "\n".join(dm.describe_data())
         assert "packed rows" in lines and "train:" in lines
         written = dm.plot_batch(batch, tmp_path / "rows.png")
@@ -327,14 +327,7 @@ class TestTrainer:
         train = expected_ids(dm, "train")
         ckpts = tmp_path / "ckpts"
         first = run_ddp(case, tmp_path / "two", epochs=1, extra=("--ckpt-dir", str(ckpts)))
-        per_rank = [r["train"][0] for r in first]
-        assert len(per_rank[0]) == len(per_rank[1]) >= 4, "even batch counts"
-        shares = [Counter(i for b in batches for i in b) for batches in per_rank]
-        assert not set(shares[0]) & set(shares[1]), "disjoint"
-        assert sorted((shares[0] + shares[1]).elements()) == train, "every token once"
-        vals = [Counter(i for b in r["val"][0] for i in b) for r in first]
-        assert sorted((vals[0] + vals[1]).elements()) == expected_ids(dm, "val")
-        assert len(first[0]["val"][0]) == len(first[1]["val"][0])
+        per_rank = assert_two_ranks_cover_once(first, train, expected_ids(dm, "val"))
         step = 2
         seen = [i for batches in per_rank for b in batches[:step] for i in b]
         for world in (3, 1):
@@ -345,11 +338,34 @@ class TestTrainer:
                 devices=world,
                 extra=("--resume", str(ckpts / f"epoch=0-step={step}.ckpt")),
             )
-            rest = [i for r in resumed for b in r["train"][0] for i in b]
-            assert sorted(seen + rest) == train, f"epoch 0 exactly once across 2 -> {world}"
-            assert len({len(r["train"][0]) for r in resumed}) == 1, "even after resuming"
-            nxt = [i for r in resumed for b in r["train"][1] for i in b]
-            assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
+            assert_resumed_once(seen, resumed, train)
+
+
+def assert_two_ranks_cover_once(
+    first: list[dict[str, Any]], train: list[int], val: list[int]
+) -> list[list[list[int]]]:
+    """Two DDP ranks' first epoch: even batch counts, disjoint shares, every train and val
+    token once. Returns each rank's train batches."""
+    per_rank = [r["train"][0] for r in first]
+    assert len(per_rank[0]) == len(per_rank[1]) >= 4, "even batch counts"
+    shares = [Counter(i for b in batches for i in b) for batches in per_rank]
+    assert not set(shares[0]) & set(shares[1]), "disjoint"
+    assert sorted((shares[0] + shares[1]).elements()) == train, "every token once"
+    vals = [Counter(i for b in r["val"][0] for i in b) for r in first]
+    assert sorted((vals[0] + vals[1]).elements()) == val
+    assert len(first[0]["val"][0]) == len(first[1]["val"][0])
+    return per_rank
+
+
+def assert_resumed_once(seen: list[int], resumed: list[dict[str, Any]], train: list[int]) -> None:
+    """A resumed run (any world size): the rest of epoch 0 and all of epoch 1, every token
+    once across both runs, the same batch count on every rank."""
+    world = len(resumed)
+    rest = [i for r in resumed for b in r["train"][0] for i in b]
+    assert sorted(seen + rest) == train, f"epoch 0 exactly once across 2 -> {world}"
+    assert len({len(r["train"][0]) for r in resumed}) == 1, "even after resuming"
+    nxt = [i for r in resumed for b in r["train"][1] for i in b]
+    assert sorted(nxt) == train and len({len(r["train"][1]) for r in resumed}) == 1
 
 
 def test_sampler_is_the_core_sampler_over_rows() -> None:

@@ -18,7 +18,7 @@ import os
 from functools import cache
 from typing import IO, Any
 
-from datamodules.streaming.retrying import CutShort, RemoteOptions, call_with_retries
+from datamodules.remote.retrying import CutShort, RemoteOptions, call_with_retries
 
 BUFFER = 1 << 20
 
@@ -67,7 +67,7 @@ class ResumableRemoteFile(io.RawIOBase):
     Each (re)open is one streaming request from the current position: HTTP(S) with a
     ``Range: bytes=N-`` header (a ``200`` answer to it, from a server that ignores ranges, has
     its first N bytes skipped), other filesystems by a seek. A transient failure while opening
-    or reading (see :mod:`datamodules.streaming.retrying`) closes the stream, waits, and opens
+    or reading (see :mod:`datamodules.remote.retrying`) closes the stream, waits, and opens
     it again at the position already read, so no byte is read twice or lost; a body that ends
     before the length its response announced counts as such a failure.
 

@@ -2,7 +2,7 @@
 
 fsspec's HTTP filesystem does not retry: one ``503`` or a connection cut in the middle of a
 body fails the read. Every remote call of the streaming package goes through
-:func:`call_with_retries` (or a :class:`~datamodules.streaming.remote.ResumableRemoteFile`,
+:func:`call_with_retries` (or a :class:`~datamodules.remote.files.ResumableRemoteFile`,
 which resumes a body at the byte offset already read), so that:
 
 * **transient** failures are retried up to ``retries`` times, with exponential backoff and
@@ -182,6 +182,25 @@ class RemoteOptions:
         """The backoff before retry number ``attempt`` (1-based), with jitter."""
         base = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
         return base * (1 + 0.5 * random.random())
+
+
+def check_remote_options(storage_options: Any, retries: Any, timeout: Any) -> RemoteOptions:
+    """Checks ``storage_options``, ``retries`` and ``timeout``; returns the read options.
+
+    Raises:
+        TypeError: ``storage_options`` is not a dict.
+        ValueError: ``retries`` is not an int >= 0, or ``timeout`` not a number > 0.
+    """
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(
+            f"storage_options={storage_options!r} is not accepted: use a dict of fsspec "
+            "options (e.g. {'endpoint_url': ...}) or None."
+        )
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries={retries!r} is not accepted: use an int >= 0.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout={timeout!r} is not accepted: use a number of seconds > 0.")
+    return RemoteOptions(dict(storage_options or {}), retries, float(timeout))
 
 
 def call_with_retries(

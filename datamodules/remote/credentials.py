@@ -57,6 +57,18 @@ def checkpoint_storage_options(options: Mapping[str, Any] | None) -> tuple[Any, 
     return kept, dropped
 
 
+def save_without_credentials(module: Any, options: Any) -> None:
+    """Replaces ``module``'s saved ``storage_options`` with a copy without credentials, and
+    lists those left out in ``module.unsaved_arguments`` (as ``storage_options.NAME``)."""
+    from datamodules.core.hparams import set_hparam
+
+    saved, credentials = checkpoint_storage_options(options)
+    if credentials:
+        set_hparam(module, "storage_options", saved)
+        for name in credentials:
+            module.unsaved_arguments[f"storage_options.{name}"] = "a credential"
+
+
 def restored_storage_options(options: Any) -> Any:
     """``storage_options`` as given, without the :data:`NOT_SAVED` marker of a checkpoint.
 

@@ -35,8 +35,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from datamodules.streaming.remote import BUFFER, ResumableRemoteFile, is_remote
-from datamodules.streaming.retrying import RemoteError, RemoteOptions
+from datamodules.remote.files import BUFFER, ResumableRemoteFile, is_remote
+from datamodules.remote.retrying import RemoteError, RemoteOptions
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})

@@ -1,0 +1,339 @@
+"""Where TextDataModule's documents come from: memory, files or a Dataset through the token store,
+or pre-tokenized token files.
+
+:class:`TextCorpus` is mixed into :class:`~datamodules.TextDataModule`. It checks the input
+arguments in ``__init__`` and, in ``setup``, gives each split its documents:
+
+* ``texts`` (a list) and ``load_texts()`` overrides: texts in memory, tokenized in ``setup``
+  (:class:`~datamodules.text.readers.TextRecords`), as are files read with the built-in
+  vocabularies (``tokenizer="char"`` / ``"word"``, built from the train split) or with
+  ``token_cache=False``;
+* files (``train_file`` / ``val_file`` / ``test_file``) and a Hugging Face ``datasets.Dataset``
+  given as ``texts``, with your tokenizer: the token store (:mod:`datamodules.text.store`),
+  tokenized once and memory-mapped by every later setup, run and rank;
+* ``token_files``: a Megatron-LM dataset or a flat token file, mapped as it is
+  (:mod:`datamodules.text.token_files`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from datamodules.core.samplers import current_rank_and_world
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.listing import cache_root, file_version
+from datamodules.remote.retrying import check_remote_options
+from datamodules.text.inputs import (
+    CHUNK_TEXTS,
+    DEFAULT_LABEL_KEY,
+    arrow_chunk,
+    check_file_argument,
+    find_files,
+    read_documents,
+    table_labels,
+)
+from datamodules.text.readers import labels_of, read_text_files, records_from_memory
+from datamodules.text.store import StoredDocuments, StoreWriter, store_key, token_dtype
+from datamodules.text.store_build import (
+    Progress,
+    log_built,
+    open_or_build,
+    resolve_workers,
+    write_documents,
+)
+from datamodules.text.token_files import FLAT_DTYPES, read_token_files
+from datamodules.text.vocab import tokenizer_fingerprint, tokenizer_vocab_size
+
+SPLIT_FILES = {"train": "train_file", "val": "val_file", "test": "test_file"}
+
+
+def is_dataset(value: Any) -> bool:
+    """Whether ``value`` is a Hugging Face ``datasets.Dataset`` (without importing datasets)."""
+    return any(
+        k.__name__ == "Dataset" and k.__module__.startswith("datasets") for k in type(value).__mro__
+    )
+
+
+def default_token_cache() -> str:
+    """``$DATAMODULES_CACHE/tokens``, else ``~/.cache/datamodules/tokens``."""
+    return cache_root("tokens")
+
+
+class TextCorpus:
+    """The inputs of :class:`~datamodules.TextDataModule` (a mixin; see the module docstring)."""
+
+    def init_corpus(
+        self,
+        *,
+        texts: Any,
+        labels: Any,
+        files: dict[str, Any],
+        token_files: Any,
+        token_cache: Any,
+        tokenize_workers: Any,
+        dtype: Any,
+        eos_id: Any,
+        vocab_size: Any,
+        storage_options: Any,
+        retries: Any,
+        timeout: Any,
+        overridden: bool,
+    ) -> None:
+        """Checks the input arguments (raising naming the first bad one) and keeps them."""
+        given = [
+            name
+            for name, v in (
+                ("texts", texts),
+                ("train_file", files["train"]),
+                ("token_files", token_files),
+            )
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"give {' or '.join(given)}, not both: one of texts, train_file or token_files."
+            )
+        if labels is not None and texts is None:
+            raise ValueError("labels= needs texts=; files carry their labels under label_key.")
+        self.dataset_input = texts if is_dataset(texts) else None
+        if self.dataset_input is not None:
+            if labels is not None:
+                raise ValueError(
+                    "labels= does not go with a datasets.Dataset: its label_key column holds them."
+                )
+            if isinstance(self.tokenizer, str):
+                raise ValueError(
+                    "texts= a datasets.Dataset needs tokenizer= (an object with encode_batch or "
+                    "encode, or a callable): it is tokenized into the token store, and the "
+                    f"built-in {self.tokenizer!r} vocabulary is built in memory."
+                )
+            if token_cache is False:
+                raise ValueError(
+                    "texts= a datasets.Dataset is read through the token store: drop "
+                    "token_cache=False (or give the texts as a list)."
+                )
+            self._given = None
+        else:
+            self._given = records_from_memory(texts, labels) if texts is not None else None
+        storage_options = restored_storage_options(storage_options)
+        self.remote = check_remote_options(storage_options, retries, timeout)
+        save_without_credentials(self, storage_options)
+        self.files = {
+            s: None if v is None else check_file_argument(v, SPLIT_FILES[s])
+            for s, v in files.items()
+        }
+        self.train_files, self.val_files, self.test_files = (self.files[s] for s in SPLIT_FILES)
+        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
+            raise TypeError(
+                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
+                f"{default_token_cache()}) or False (tokenize in memory at every setup)."
+            )
+        if not (
+            tokenize_workers == "auto"
+            or (
+                isinstance(tokenize_workers, int)
+                and not isinstance(tokenize_workers, bool)
+                and tokenize_workers >= 0
+            )
+        ):
+            raise ValueError(
+                f"tokenize_workers={tokenize_workers!r} is not accepted: use 'auto' or an int >= 0."
+            )
+        self.token_cache, self.tokenize_workers = token_cache, tokenize_workers
+        self._check_token_file_arguments(token_files, dtype, eos_id, vocab_size)
+        if (
+            self._given is None
+            and self.dataset_input is None
+            and self.train_files is None
+            and token_files is None
+            and not overridden
+        ):
+            raise ValueError(
+                "TextDataModule needs data: pass texts (TextDataModule(texts, labels)), "
+                "train_file= (.jsonl/.csv/.tsv/.txt/.parquet), token_files=, or override "
+                "load_texts()."
+            )
+
+    def _check_token_file_arguments(
+        self, token_files: Any, dtype: Any, eos_id: Any, vocab_size: Any
+    ) -> None:
+        if token_files is not None and not isinstance(token_files, (str, os.PathLike)):
+            raise TypeError(
+                f"token_files={token_files!r} is not accepted: use the path of one Megatron "
+                "dataset prefix (.bin + .idx) or one flat token file (.bin / .npy)."
+            )
+        self.token_files = None if token_files is None else os.fspath(token_files)
+        if dtype is not None and str(dtype) not in FLAT_DTYPES:
+            raise ValueError(f"dtype={dtype!r} is not accepted: use None or one of {FLAT_DTYPES}.")
+        for name, value, low in (("eos_id", eos_id, 0), ("vocab_size", vocab_size, 1)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low
+            ):
+                raise ValueError(f"{name}={value!r} is not accepted: use None or an int >= {low}.")
+        if token_files is None and (dtype is not None or eos_id is not None):
+            raise ValueError(
+                "dtype= and eos_id= describe token_files=: give token_files or drop them."
+            )
+        if token_files is not None and self.max_length is not None:
+            raise ValueError(
+                "max_length does not apply to token_files= (tokenized already): truncate when "
+                "writing them, or use pack_mode='split'."
+            )
+        self.dtype, self.eos_id, self.declared_vocab_size = dtype, eos_id, vocab_size
+
+    # ------------------------------------------------------------------ per split
+    def uses_store(self) -> bool:
+        """Whether files (and a Dataset) go through the token store: a tokenizer of yours
+        and ``token_cache`` not False."""
+        return not isinstance(self.tokenizer, str) and self.token_cache is not False
+
+    def corpus_of(self, split: str) -> Any:
+        """The mapped corpus of ``split`` (a store or token file), or None when it is read into
+        memory (or the split has no input of its own)."""
+        if split == "train":
+            if self.token_files is not None:
+                return read_token_files(self.token_files, self.dtype, self.eos_id)
+            if self.dataset_input is not None:
+                return self._dataset_store(self.dataset_input)
+        files = self.files[split]
+        if files is None or not self.uses_store():
+            return None
+        return self._file_store(find_files(files, SPLIT_FILES[split], self.remote))
+
+    def read_into_memory(self, split: str) -> Any:
+        """The records of ``split``'s files, read whole into memory."""
+        files = find_files(self.files[split], SPLIT_FILES[split], self.remote)
+        return read_text_files(files, self.text_key, self.label_key, self.remote)
+
+    # ------------------------------------------------------------------ the store
+    def store_directory(self) -> str:
+        """Where this module's token stores live."""
+        return os.fspath(self.token_cache) if self.token_cache else default_token_cache()
+
+    def _material(self) -> dict[str, Any]:
+        return {
+            "tokenizer": tokenizer_fingerprint(self.tokenizer),
+            "text_key": self.text_key,
+            "label_key": self.label_key,
+            "max_length": self.max_length,
+            "truncation_side": self.truncation_side,
+            "lowercase": self.lowercase,
+        }
+
+    def _ranks(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            return trainer.local_rank, trainer.global_rank
+        rank, _ = current_rank_and_world()
+        return int(os.environ.get("LOCAL_RANK", rank)), rank
+
+    def _store(
+        self, material: dict[str, Any], names: list[str], chunks: Any, what: str
+    ) -> StoredDocuments:
+        path = os.path.join(self.store_directory(), store_key(material))
+        local_rank, rank = self._ranks()
+
+        def build() -> dict[str, Any]:
+            declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
+            writer = StoreWriter(path, token_dtype(declared))
+            writer.names = names
+            progress = Progress(rank == 0, what)
+            workers = resolve_workers(self.tokenize_workers, self.tokenizer)
+            try:
+                per_file = write_documents(
+                    writer,
+                    chunks(),
+                    self.tokenizer,
+                    names,
+                    workers,
+                    self.max_length,
+                    self.truncation_side,
+                    progress,
+                )
+                meta = {"inputs": material, "files": names, "workers": workers}
+                meta.update(self._store_labels(writer, names, per_file))
+                writer.finish(meta)
+            except BaseException:
+                progress.close()
+                writer.abort()
+                raise
+            seconds = progress.close()
+            if rank == 0:
+                log_built(path, progress, seconds)
+            return meta
+
+        return open_or_build(path, build, local_rank)
+
+    def _store_labels(
+        self, writer: StoreWriter, names: list[str], per_file: dict[int, list[Any]]
+    ) -> dict[str, Any]:
+        raw: list[Any] = []
+        for file, name in enumerate(names):
+            labels = per_file.get(file, [])
+            if not labels and not name.startswith("<"):
+                raise ValueError(f"{name}: no records (the file is empty or blank).")
+            raw.extend(table_labels(name, labels))
+        labels = labels_of(raw, writer.where, self.label_key or DEFAULT_LABEL_KEY)
+        if labels is None:
+            return {"label_names": None, "labelled": False}
+        import numpy as np
+
+        if isinstance(labels[0], str):
+            label_names = sorted(set(labels))
+            ids = {n: i for i, n in enumerate(label_names)}
+            writer.add_labels(
+                np.fromiter((ids[v] for v in labels), dtype=np.int64, count=len(labels))
+            )
+            return {"label_names": label_names, "labelled": True}
+        writer.add_labels(np.asarray(labels, dtype=np.int64))
+        return {"label_names": None, "labelled": True}
+
+    def _file_store(self, files: list[str]) -> StoredDocuments:
+        versions = [file_version(f, self.remote) or {"path": f, "version": None} for f in files]
+        material = {**self._material(), "inputs": versions}
+        text_key, label_key, remote = self.text_key, self.label_key, self.remote
+
+        def chunks() -> Any:
+            for i, path in enumerate(files):
+                for chunk in read_documents(path, text_key, label_key, remote):
+                    yield i, chunk
+
+        what = files[0] if len(files) == 1 else f"{len(files)} files"
+        return self._store(material, files, chunks, what)
+
+    def _dataset_store(self, dataset: Any) -> StoredDocuments:
+        columns = dataset.column_names
+        if self.text_key not in columns:
+            raise ValueError(
+                f"texts: the Dataset has no column {self.text_key!r} (columns: {columns}); set "
+                "text_key to the column that holds the text."
+            )
+        identity = {
+            "fingerprint": getattr(dataset, "_fingerprint", None),
+            "rows": len(dataset),
+            "columns": columns,
+        }
+        material = {**self._material(), "inputs": [{"dataset": identity}]}
+        label_key = self.label_key or DEFAULT_LABEL_KEY
+        if self.label_key is not None and label_key not in columns:
+            raise ValueError(
+                f"texts: the Dataset has no column {label_key!r} (columns: {columns}); set "
+                "label_key to the column that holds the label (or leave it unset)."
+            )
+        keys = [self.text_key] + (
+            [label_key] if label_key in columns and label_key != self.text_key else []
+        )
+
+        def chunks() -> Any:
+            row = 0
+            arrow = dataset.select_columns(keys).with_format("arrow")
+            labels = label_key if len(keys) == 2 else None
+            for batch in arrow.iter(batch_size=CHUNK_TEXTS):
+                chunk = arrow_chunk(batch, self.text_key, labels, row, "texts (a datasets.Dataset)")
+                yield 0, chunk
+                row += len(chunk.texts)
+
+        return self._store(
+            material, ["<datasets.Dataset>"], chunks, f"a Dataset of {len(dataset):,} rows"
+        )

@@ -1,0 +1,157 @@
+"""token_files=: a Megatron-LM indexed dataset written by megatron-core's IndexedDatasetBuilder
+reads back as the same documents and tokens; a nanoGPT-style flat file splits at eos_id; a
+file whose size or header does not match raises naming the file and what was expected."""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules import TextDataModule
+from tests.datamodules.text.store_data import stored_ids
+
+
+def documents(n: int = 40, seed: int = 0) -> list[list[int]]:
+    generator = np.random.default_rng(seed)
+    return [
+        generator.integers(1, 50_000, size=int(generator.integers(1, 90))).tolist()
+        for _ in range(n)
+    ]
+
+
+def write_megatron(
+    prefix: Path, docs: list[list[int]], dtype=np.uint16, split_every: int = 0
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # megatron-core's import-time notices
+        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for doc in docs:
+        if split_every and len(doc) > split_every:  # a document of several sequences
+            for i in range(0, len(doc), split_every):
+                builder.add_item(torch.tensor(doc[i : i + split_every]))
+        else:
+            builder.add_item(torch.tensor(doc))
+        builder.end_document()
+    builder.finalize(f"{prefix}.idx")
+
+
+def ids(batch: dict[str, torch.Tensor]) -> list[int]:
+    real = batch["document_ids"] >= 0
+    return (batch["document_ids"][real] * 1000 + batch["position_ids"][real]).tolist()
+
+
+class TestMegatron:
+    @pytest.mark.parametrize(("dtype", "split_every"), [(np.uint16, 0), (np.int32, 7)])
+    def test_a_builder_dataset_reads_back_as_the_same_documents(self, tmp_path, dtype, split_every):
+        docs = documents()
+        write_megatron(tmp_path / "corpus", docs, dtype, split_every)
+        for given in ("corpus", "corpus.bin", "corpus.idx"):
+            dm = TextDataModule(
+                token_files=tmp_path / given, vocab_size=50_000, val_split=0, num_workers=0
+            )
+            dm.setup("fit")
+            assert stored_ids(dm.dataset.encoded) == docs
+            assert isinstance(dm.dataset.encoded.tokens_np, np.memmap)
+            assert dm.dataset.encoded.tokens_np.dtype == dtype
+        assert dm.vocab_size == 50_000
+
+    def test_packed_rows_cover_every_megatron_token_once(self, tmp_path):
+        docs = documents(60)
+        write_megatron(tmp_path / "corpus", docs)
+        dm = TextDataModule(
+            token_files=tmp_path / "corpus",
+            vocab_size=50_000,
+            packing=True,
+            seq_length=64,
+            batch_size=4,
+            val_split=0.25,
+            num_workers=0,
+        )
+        dm.setup("fit")
+        lengths = [len(docs[i]) for i in dm.split_indices["train"].tolist()]
+        expected = sorted(d * 1000 + p for d, n in enumerate(lengths) for p in range(n))
+        assert sorted(i for b in dm.train_dataloader() for i in ids(b)) == expected
+        first = next(iter(dm.val_dataloader()))
+        doc = int(dm.split_indices["val"][0])
+        assert first["input_ids"][0, : len(docs[doc])].tolist() == docs[doc][:64]
+
+    def test_a_bad_header_or_size_names_the_file_and_what_was_expected(self, tmp_path):
+        docs = documents(10)
+        write_megatron(tmp_path / "c", docs)
+        idx = (tmp_path / "c.idx").read_bytes()
+
+        def broken(data: bytes, name: str) -> Path:
+            (tmp_path / f"{name}.idx").write_bytes(data)
+            (tmp_path / f"{name}.bin").write_bytes((tmp_path / "c.bin").read_bytes())
+            return tmp_path / name
+
+        cases = [
+            (
+                broken(b"NOTMEGA\x00\x00" + idx[9:], "magic"),
+                r"magic\.idx: starts with .*expected the magic",
+            ),
+            (
+                broken(idx[:9] + struct.pack("<Q", 2) + idx[17:], "version"),
+                r"version\.idx: version 2, expected 1",
+            ),
+            (broken(idx[:-8], "short"), r"short\.idx: \d+ bytes, expected \d+ for 10 sequences"),
+        ]
+        for prefix, match in cases:
+            with pytest.raises(ValueError, match=match):
+                TextDataModule(token_files=prefix, num_workers=0).setup("fit")
+        (tmp_path / "c.bin").write_bytes((tmp_path / "c.bin").read_bytes()[:-2])
+        with pytest.raises(
+            ValueError, match=r"c\.bin: \d+ bytes, expected \d+ \(\d+ tokens of uint16"
+        ):
+            TextDataModule(token_files=tmp_path / "c", num_workers=0).setup("fit")
+
+
+class TestFlat:
+    def test_a_nanogpt_file_splits_after_each_eos(self, tmp_path):
+        eos = 50_256
+        docs = [[5, 6, 7], [8], [9, 10, 11, 12]]
+        flat = [t for d in docs for t in (*d, eos)] + [13, 14]  # a last document without eos
+        np.asarray(flat, dtype=np.uint16).tofile(tmp_path / "train.bin")
+        dm = TextDataModule(
+            token_files=tmp_path / "train.bin", eos_id=eos, val_split=0, num_workers=0
+        )
+        dm.setup("fit")
+        assert stored_ids(dm.dataset.encoded) == [
+            [5, 6, 7, eos],
+            [8, eos],
+            [9, 10, 11, 12, eos],
+            [13, 14],
+        ]
+        assert dm.dataset.where(1) == f"{tmp_path / 'train.bin'}, document 1"
+        assert dm.vocab_size == eos + 1  # no tokenizer, no vocab_size: the largest id + 1
+        np.save(tmp_path / "train.npy", np.asarray(flat, dtype=np.int32))
+        dm = TextDataModule(
+            token_files=tmp_path / "train.npy", eos_id=eos, vocab_size=50_304, num_workers=0
+        )
+        dm.setup("fit")
+        assert len(dm.dataset) == 4 and dm.vocab_size == 50_304
+        wide = TextDataModule(
+            token_files=tmp_path / "train.bin", eos_id=eos, dtype="uint32", num_workers=0
+        )
+        with pytest.raises(
+            ValueError, match=r"train\.bin: 26 bytes, not a whole number of uint32 tokens"
+        ):
+            wide.setup("fit")
+
+    def test_flat_files_need_eos_id_and_a_matching_dtype(self, tmp_path):
+        np.asarray([1, 2, 3], dtype=np.uint16).tofile(tmp_path / "a.bin")
+        with pytest.raises(ValueError, match=r"a\.bin.* is a flat token file: give eos_id="):
+            TextDataModule(token_files=tmp_path / "a.bin", num_workers=0).setup("fit")
+        np.save(tmp_path / "a.npy", np.zeros((2, 2), dtype=np.int64))
+        with pytest.raises(ValueError, match=r"a\.npy: a 2-D int64 array, expected a 1-D array"):
+            TextDataModule(token_files=tmp_path / "a.npy", eos_id=0, num_workers=0).setup("fit")
+        with pytest.raises(ValueError, match="dtype='float32' is not accepted"):
+            TextDataModule(token_files=tmp_path / "a.bin", eos_id=0, dtype="float32")
+        with pytest.raises(ValueError, match="max_length does not apply to token_files"):
+            TextDataModule(token_files=tmp_path / "a.bin", eos_id=0, max_length=8)
