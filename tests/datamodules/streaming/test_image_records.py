@@ -343,3 +343,13 @@ def test_image_sources_mix_by_weight_with_exact_quotas(tmp_path: Path) -> None:
             assert len(set(ids)) == 16
     auto = StreamingDataModule(tar, image_key="png", index_cache=False)
     assert "decoding" in auto.loader_settings("train").reasons["num_workers"]
+
+
+def test_image_size_may_be_height_and_width(shards: dict[str, Any]) -> None:
+    dm = stream(shards["tar"], image_size=(8, 12))
+    assert repr(dm.eval_transforms).startswith("ResizeCenterCrop(size=(8, 12)")
+    images, _ = next(iter(dm.val_dataloader()))
+    assert images.shape == (8, 3, 8, 12)
+    assert "uint8 8x12 out of the loader" in dm.summary()
+    assert dm.hparams["image_size"] == [8, 12]  # plain data in checkpoints
+    assert stream(shards["tar"], image_size=[8, 12]).image_size == (8, 12)  # a config's list
