@@ -5,7 +5,6 @@ copies."""
 from __future__ import annotations
 
 import io
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +16,10 @@ from PIL import Image
 
 from datamodules import StreamingDataModule
 from datamodules.streaming import write_shards
+from tests.datamodules.streaming.test_remote import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 N = 45
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def png(i: int) -> bytes:
