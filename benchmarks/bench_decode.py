@@ -2,7 +2,7 @@
 
 Methods, each turning every file of the folder into a ``uint8`` ``(3, H, W)`` tensor:
 
-* ``decode_image``: ``datamodules.images.decoding.decode_image(path)`` (TorchCodec for JPEG,
+* ``decode_image``: ``datamodules.imaging.decoding.decode_image(path)`` (TorchCodec for JPEG,
   contiguous result);
 * ``decode_image_cl``: the same with ``channels_last=True`` (the decoder's own layout, no
   copy);
@@ -45,8 +45,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collates.images import stack_uint8_images  # noqa: E402
-from datamodules.images.decoding import decode_image  # noqa: E402
 from datamodules.images.index import scan_image_folder  # noqa: E402
+from datamodules.imaging.decoding import decode_image  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)

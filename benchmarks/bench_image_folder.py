@@ -14,7 +14,7 @@ median images/s over the repeats, all measured in one run:
   per batch, as PyTorch's default path): what the reused batch buffers are worth;
 * decode only: the same files decoded in the same number of processes (a DataLoader whose
   workers decode and return nothing) exactly as our loader decodes them:
-  :func:`datamodules.images.decoding.decode_image` with ``channels_last=True``, i.e. TorchCodec's
+  :func:`datamodules.imaging.decoding.decode_image` with ``channels_last=True``, i.e. TorchCodec's
   decoder on the file's bytes with no layout copy: the decoder's limit.
 """
 
@@ -38,8 +38,8 @@ from make_image_folder import write_image_folder  # noqa: E402
 
 from datamodules import ImageFolderDataModule  # noqa: E402
 from datamodules.core.loaders import ResumableDataLoader  # noqa: E402
-from datamodules.images.decoding import decode_image  # noqa: E402
 from datamodules.images.index import scan_image_folder  # noqa: E402
+from datamodules.imaging.decoding import decode_image  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)

@@ -1,4 +1,5 @@
-"""``python -m datamodules COMMAND ...``; the one command is ``inspect`` (see inspect_cli.py)."""
+"""``python -m datamodules COMMAND ...``: ``inspect`` (tools/inspect_cli.py) and ``shards``
+(streaming/folder_shards.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import sys
 
 USAGE = """usage: python -m datamodules inspect --data CLASS [--data.ARG VALUE ...] [--tune]
                                      [--split {train,val,test}] [--out PATH]
+       python -m datamodules shards SRC OUT [--fmt tar|parquet] [--max-bytes SIZE]
+                                    [--workers N] [--val-split F] [--resize N] [--quality Q]
 
 commands:
   inspect   print a DataModule's summary and data statistics, draw one batch, tune its loader
+  shards    write an image folder as train and val shards (tar or Parquet)
 
-Run 'python -m datamodules inspect --help' for the options."""
+Run 'python -m datamodules COMMAND --help' for the options."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,9 +24,14 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command == "shards":
+        from datamodules.streaming.folder_shards import main as shards_main
+
+        return shards_main(rest)
     if command != "inspect":
         print(
-            f"python -m datamodules: unknown command {command!r}: use 'inspect'.\n", file=sys.stderr
+            f"python -m datamodules: unknown command {command!r}: use 'inspect' or 'shards'.\n",
+            file=sys.stderr,
         )
         print(USAGE, file=sys.stderr)
         return 2

@@ -158,6 +158,17 @@ def check_collate_records(run: Runner, tmp_path: Path, monkeypatch: pytest.Monke
     assert batch["name"] == ["a", "b"]
 
 
+def check_image_shards(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the block writes shards/ here
+    namespace = run()
+    assert [Path(p).name for p in namespace["paths"]] == [f"train-00000{k}.tar" for k in range(3)]
+    images, labels = namespace["images"], namespace["labels"]
+    assert images.shape == (4, 3, 16, 16) and images.dtype == torch.uint8
+    assert labels.dtype == torch.int64 and set(labels.tolist()) <= {0, 1, 2}
+    dm = namespace["dm"]
+    assert dm.num_classes == 3 and dm.split_size("train") == 12
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -167,6 +178,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "squares": check_squares,
     "pad-collate": check_pad_collate,
     "collate-records": check_collate_records,
+    "image-shards": check_image_shards,
 }
 
 

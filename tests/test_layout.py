@@ -9,8 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tensor", "images", "text", "streaming")
-#: Shared layers: what two data kinds need, below both (they import core only).
-SHARED = ("remote",)
+#: Shared layers: what two data kinds need, below both, named for what they hold (they import
+#: core and collates only): remote reads (streams and text), image decoding and transforms
+#: (image folders and image streams).
+SHARED = ("remote", "imaging")
 MAX_LINES = 500
 MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -20,7 +22,8 @@ def module_name(path: Path) -> str:
 
 
 def area(module: str) -> str:
-    """``core``, a data kind, ``tools``, ``collates`` or ``root`` (the package itself)."""
+    """``core``, a shared layer, a data kind, ``tools``, ``collates`` or ``root`` (the package
+    itself)."""
     parts = module.split(".")
     if parts[0] == "collates":
         return "collates"
@@ -49,8 +52,8 @@ def allowed(source: str, target: str) -> bool:
         return target == "core"
     if source == "tools":
         return target in ("core", "collates")
-    if source in SHARED:
-        return target == "core"  # below the kinds: never a kind, a tool or another layer
+    if source in SHARED:  # below the kinds: never a kind, a tool or another layer
+        return target in ("core", "collates")
     # a data kind: core, tools, collates and the shared layers, never another data kind
     return target in ("core", "tools", "collates", *SHARED)
 
@@ -90,8 +93,11 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert not allowed("collates", "core") and allowed("images", "tools")
     # A shared layer sits below the kinds: they import it, it imports none of them.
     assert allowed("text", "remote") and allowed("streaming", "remote")
+    assert allowed("images", "imaging") and allowed("streaming", "imaging")
     assert not allowed("remote", "streaming") and not allowed("remote", "tools")
+    assert not allowed("imaging", "images") and not allowed("imaging", "remote")
     assert not allowed("core", "remote") and not allowed("collates", "remote")
+    assert not allowed("core", "imaging") and not allowed("collates", "imaging")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}

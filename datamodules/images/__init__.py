@@ -1,9 +1,9 @@
-"""Image folders: :class:`~datamodules.ImageFolderDataModule`, decoding, the folder index and
-the fused default transforms.
+"""Image folders: :class:`~datamodules.ImageFolderDataModule`, the folder index and its batches.
 
 * :mod:`~datamodules.images.datamodule`: the DataModule.
-* :mod:`~datamodules.images.decoding`: any image file to uint8 RGB (TorchCodec, Pillow).
 * :mod:`~datamodules.images.index`: the compact sample list, scanned as torchvision does.
-* :mod:`~datamodules.images.transforms`: RandomResizedCrop + flip and Resize + CenterCrop on uint8.
-* :mod:`~datamodules.images.batches`: decoded images written straight into the batch.
+* :mod:`~datamodules.images.batches`: a split's images decoded straight into the batch.
+
+Decoding and the default transforms are in :mod:`datamodules.imaging` (shared with the image
+records of streams).
 """

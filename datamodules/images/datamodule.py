@@ -1,7 +1,7 @@
 """ImageFolderDataModule: class-folder images, decoded fast, uint8 to the device.
 
 Pipeline per batch: the sampler picks the batch's indices; a worker decodes each file with
-:func:`~datamodules.images.decoding.decode_image` (TorchCodec for JPEG/PNG/WebP/GIF, Pillow for the
+:func:`~datamodules.imaging.decoding.decode_image` (TorchCodec for JPEG/PNG/WebP/GIF, Pillow for the
 rest) into a uint8 tensor, applies the split's ``torchvision.transforms.v2`` transforms on
 that uint8 tensor, and writes each result into the batch, uint8 ``(B, 3, H, W)``
 (channels-last in memory, which uint8 resizing and cuDNN both prefer), allocated in a
@@ -32,29 +32,20 @@ from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.views import SplitView
-from datamodules.images.batches import ImageBatchView, SkipLog
-from datamodules.images.decoding import DECODABLE
+from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
-from datamodules.images.transforms import (
-    RandomResizedCropFlip,
-    ResizeCenterCrop,
-    Size,
+from datamodules.imaging.batches import SkipLog
+from datamodules.imaging.decoding import DECODABLE
+from datamodules.imaging.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     as_height_width,
+    default_eval_transforms,
+    default_train_transforms,
+    to_float,
 )
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 ON_ERROR = ("raise", "skip")
-
-
-def default_train_transforms(image_size: Size) -> RandomResizedCropFlip:
-    """RandomResizedCrop to ``image_size`` and a horizontal flip, on uint8 tensors."""
-    return RandomResizedCropFlip(image_size)
-
-
-def default_eval_transforms(image_size: Size) -> ResizeCenterCrop:
-    """Resize the short side to ``image_size / 0.875``, then CenterCrop ``image_size``."""
-    return ResizeCenterCrop(image_size)
 
 
 class BalancedBatchSampler(IndexBatchSampler):
@@ -316,12 +307,9 @@ class ImageFolderDataModule(BaseDataModule):
 
     def to_float(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
-        out = images.float().div_(255.0)
-        if self.normalize:
-            mean = torch.tensor(self.mean, device=out.device).view(1, 3, 1, 1)
-            std = torch.tensor(self.std, device=out.device).view(1, 3, 1, 1)
-            out.sub_(mean).div_(std)
-        return out
+        if not self.normalize:
+            return to_float(images, None, None)
+        return to_float(images, self.mean, self.std)
 
     # ------------------------------------------------------------------ look at the data
     def show_batch(self, path: str | os.PathLike[str], max_images: int = 32) -> Path:

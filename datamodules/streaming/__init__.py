@@ -13,6 +13,9 @@
 * :mod:`~datamodules.streaming.readers`: range readers of one shard.
 * :mod:`~datamodules.streaming.formats`: shard formats (JSONL, text, CSV) and finding shards.
 * :mod:`~datamodules.streaming.parquet`: Parquet shards, a row group at a time.
+* :mod:`~datamodules.streaming.tar`: tar shards (WebDataset's records), on
+  :mod:`~datamodules.streaming.tar_members` (the members of an archive, from any offset).
+* :mod:`~datamodules.streaming.writer`: :func:`write_shards` (tar, Parquet, JSONL).
 * :mod:`~datamodules.streaming.index`: record counts and seek offsets, cached on disk
   (:class:`~datamodules.streaming.shard_index.ShardIndex`).
 * remote shards are opened through the shared layer :mod:`datamodules.remote` (retries, the
@@ -21,3 +24,7 @@
 * :mod:`~datamodules.streaming.batching`: the default collate of records.
 * :mod:`~datamodules.streaming.inspection`: what ``inspect`` shows for a stream.
 """
+
+from datamodules.streaming.writer import write_shards
+
+__all__ = ["write_shards"]

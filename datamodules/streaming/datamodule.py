@@ -4,7 +4,10 @@
 memory, local or remote (``http(s)://``, ``s3://`` with s3fs, anything fsspec opens). Each
 ``*_files`` is a path or URL, a glob, a directory, or a list of them; the format comes from
 the extension: ``.jsonl`` / ``.ndjson`` (optionally ``.gz`` / ``.zst``), ``.txt`` (a record
-per line), ``.csv`` (a dict per row) and ``.parquet`` (read a row group at a time).
+per line), ``.csv`` (a dict per row), ``.parquet`` (read a row group at a time) and ``.tar``
+(WebDataset's records; see :mod:`datamodules.streaming.tar`). With ``image_key=`` records
+are images, batched as :class:`~datamodules.ImageFolderDataModule` batches files
+(:mod:`datamodules.streaming.image_records`).
 
 What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.ShardedStream`):
 
@@ -79,6 +82,7 @@ from datamodules.streaming.arguments import (
 from datamodules.streaming.batching import Chain, factory_loader, stream_collate
 from datamodules.streaming.errors import SkipCounter
 from datamodules.streaming.formats import read_records
+from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
 from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.inspection import StreamInspection
 from datamodules.streaming.loader import StreamLoader
@@ -104,12 +108,15 @@ _ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
 _MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
 
 
-class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataModule):
+class StreamingDataModule(
+    StreamImages, StreamState, StreamSplits, StreamInspection, BaseDataModule
+):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
     Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
     for dict records (``{"id": LongTensor (B,), "tokens": LongTensor (B, L)}`` for records
-    ``{"id": int, "tokens": list of ints}``), a list of strings for ``.txt`` lines.
+    ``{"id": int, "tokens": list of ints}``), a list of strings for ``.txt`` lines. With
+    ``image_key``: ``(images, labels)`` as :class:`~datamodules.ImageFolderDataModule` gives.
 
     Args:
         train_files: Shards of the train split: a path or URL, a glob (``"data/*.jsonl"``,
@@ -128,7 +135,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
             ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
             every record once, in ``setup``.
         fmt: Force the format of every shard (one of ``"jsonl"``, ``"txt"``, ``"csv"``,
-            ``"parquet"``) instead of reading it from the extension.
+            ``"parquet"``, ``"tar"``) instead of reading it from the extension.
         columns: Parquet only: the columns to read (None: all).
         index_cache: Where shard indexes are cached: a directory, None for the default
             (``$DATAMODULES_CACHE`` or ``~/.cache/datamodules``), False for memory only.
@@ -150,6 +157,20 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
             least recently used shards are evicted, never one being read.
         prefetch_shards: Remote shards each worker downloads ahead of the one it reads (0:
             none); without ``cache_dir`` they go to a private temporary folder.
+        image_key: Records are images: the field holding the encoded image (``"jpg"``), or
+            alternatives tried in order (``"jpg;png;webp"``); bytes, or Hugging Face's
+            ``{"bytes", "path"}``. Each is decoded, transformed (``train_transforms`` /
+            ``eval_transforms``, on uint8 ``(3, H, W)``) and written into a uint8
+            channels-last batch in the workers; float and normalised on the device.
+        label_key: With ``image_key``: the label field (ints, or names through ``classes``);
+            batches are ``(images, labels)``. None: a dict of ``"image"`` and the other fields.
+        classes: Class names: a string label is mapped to its index (unknown names raise).
+            ``dm.classes`` / ``dm.num_classes`` give them (or, for int labels, the largest + 1).
+        image_size: What the default transforms produce (a square's side, or ``(height,
+            width)``): RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate.
+        normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
+        mean: Per-channel mean (ImageNet's by default).
+        std: Per-channel standard deviation (ImageNet's by default).
         dataset_factory: Instead of files: ``dataset_factory(split, rank, world_size)``
             returning an ``IterableDataset`` of records for ``"train"``, ``"val"`` or
             ``"test"`` (or None: no such split). Its records are transformed, batched by
@@ -163,7 +184,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
             ``val_files``): leave it unset or 0. The same holds for ``test_split``,
             ``splits`` and ``stratify``.
         num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts this as
-            I/O work (2 per CPU, at most 16).
+            I/O work (2 per CPU, at most 16), or with ``image_key`` as decode work.
         train_transforms: Applied to train samples after ``transform``.
         eval_transforms: Applied to validation, test and predict samples after ``transform``.
 
@@ -199,6 +220,13 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         prefetch_shards: int = 1,
+        image_key: str | None = None,
+        label_key: str | None = "cls",
+        classes: Sequence[str] | None = None,
+        image_size: int | tuple[int, int] = 224,
+        normalize: bool = True,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
@@ -236,6 +264,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
             index_cache=index_cache,
         )
         check_mixing(files, epoch_size, source_key)
+        self._init_images(image_key, label_key, classes, image_size, normalize, mean, std, collate)
         storage_options = restored_storage_options(storage_options)
         self.remote, limit = remote_options(
             storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
@@ -288,7 +317,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
         """Bad records and unreadable shards left out under ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
         1,000), with complete counts per shard (``counts``, ``unreadable``)."""
-        return self._skips
+        return self._drain_image_skips()  # with what image workers left out so far
 
     def _custom_reader(self) -> bool:
         return type(self).read_shard is not StreamingDataModule.read_shard
@@ -331,6 +360,7 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
                 self.prefetch_shards,
             )  # fmt: skip
             listed = shards
+        reader, transform, collate = self.stream_parts(split, reader)
         mix = self.mixes.get(split)
         trainer = self._trainer()
         overfit = train and trainer is not None and trainer.overfit_batches > 0
@@ -353,8 +383,8 @@ class StreamingDataModule(StreamState, StreamSplits, StreamInspection, BaseDataM
             seed=self.shuffle_seed,
             epoch=epoch,
             drop_last=self.drop_last and train,
-            transform=self.transform_for(split),
-            collate=self._collate_fn(),
+            transform=transform,
+            collate=collate,
             reader=reader,
             on_error=self.on_error,
             sources=None if mix is None else [m.engine() for m in mix],

@@ -32,17 +32,19 @@ class RecordError(ValueError):
 
     Attributes:
         shard: Path or URL of the shard.
-        line: 1-based line number where the bad record starts (None for the whole shard).
+        line: 1-based line number where the bad record starts, or where it is as text
+            (``"key 'a/b'"`` in a tar shard); None for the whole shard.
         reason: What is wrong.
     """
 
-    def __init__(self, shard: str, line: int | None = None, reason: str | None = None) -> None:
+    def __init__(
+        self, shard: str, line: int | str | None = None, reason: str | None = None
+    ) -> None:
         self.shard, self.line, self.reason = shard, line, reason
         if reason is None:  # a ready message
             super().__init__(shard)
             return
-        where = f"{shard}: line {line}" if line is not None else shard
-        super().__init__(f"{where}: {reason}")
+        super().__init__(f"{where_in(shard, line)}: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
         return (type(self), (self.shard, self.line, self.reason))
@@ -50,6 +52,14 @@ class RecordError(ValueError):
 
 class ShardError(RecordError):
     """A shard that cannot be opened, decompressed or parsed as a whole."""
+
+
+def where_in(shard: str, line: int | str | None) -> str:
+    """Where a record is: ``"shard: line N"``, ``"shard: key 'a/b'"`` (a named place, as tar
+    records are named), or the shard itself (``None``: all of it)."""
+    if line is None:
+        return shard
+    return f"{shard}: {line}" if isinstance(line, str) else f"{shard}: line {line}"
 
 
 def check_on_error(on_error: str) -> None:
@@ -84,14 +94,14 @@ class SkipCounter(Skipped):
         room = self.keep - len(self)
         self.extend(pairs[: max(room, 0)])
 
-    def record(self, shard: str, line: int | None, reason: str) -> None:
+    def record(self, shard: str, line: int | str | None, reason: str) -> None:
         """Notes one skipped record (``line=None``: the whole shard was unreadable)."""
         with self._lock:
             if line is None:
                 self.unreadable[shard] = reason
             else:
                 self.counts[shard] = self.counts.get(shard, 0) + 1
-            self._keep([(shard if line is None else f"{shard}: line {line}", reason)])
+            self._keep([(where_in(shard, line), reason)])
 
     def add_index(self, index: ShardIndex) -> None:
         """Adds what indexing a shard found (its skipped records, or that it was unreadable)."""

@@ -16,6 +16,8 @@ Formats, chosen by extension (``.gz`` / ``.zst`` compression allowed for the lin
 * ``.csv``: one dict per row, keyed by the header row; every value is a string; blank lines are
   not records; quoted fields may span lines.
 * ``.parquet``: one dict per row, read a row group at a time (never the whole file).
+* ``.tar`` (``.tar.gz`` / ``.tgz`` / ``.tar.zst`` read from the beginning): WebDataset's
+  records, members grouped by key (:mod:`datamodules.streaming.tar`).
 
 Remote shards go through fsspec (``http(s)://``, ``s3://`` with s3fs installed, ...); opening
 them is :mod:`datamodules.remote.files`, Parquet is :mod:`datamodules.streaming.parquet`.
@@ -48,6 +50,7 @@ from datamodules.streaming.errors import (
     check_on_error,
 )
 from datamodules.streaming.parquet import read_parquet
+from datamodules.streaming.tar import read_tar
 
 if TYPE_CHECKING:
     from datamodules.streaming.shard_index import ShardIndex
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["FORMATS", "detect_format", "expand_files", "read_records"]
 
 
-FORMATS = ("jsonl", "txt", "csv", "parquet")
+FORMATS = ("jsonl", "txt", "csv", "parquet", "tar")
 _EXTENSIONS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -64,6 +67,7 @@ _EXTENSIONS = {
     ".csv": "csv",
     ".parquet": "parquet",
     ".pq": "parquet",
+    ".tar": "tar",
 }
 _COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
@@ -80,6 +84,8 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
     """
     name = str(path).split("?", 1)[0].lower()
     compression = None
+    if name.endswith(".tgz"):
+        name = name[:-4] + ".tar.gz"
     for ext, comp in _COMPRESSIONS.items():
         if name.endswith(ext):
             compression, name = comp, name[: -len(ext)]
@@ -347,7 +353,8 @@ def read_records(
         options: How remote shards are opened: storage options, retries, timeout.
 
     Yields:
-        dicts (JSON objects, CSV rows, Parquet rows), any JSON value, or strings (text).
+        dicts (JSON objects, CSV rows, Parquet rows, tar records), any JSON value, or
+        strings (text).
 
     Raises:
         RecordError: A bad record under ``"raise"``.
@@ -361,6 +368,9 @@ def read_records(
         return
     if fmt == "parquet":
         yield from read_parquet(path, start, stop, columns, options)
+        return
+    if fmt == "tar":
+        yield from read_tar(path, compression, on_error, start, stop, index, counter, options)
         return
     if index is not None and index.on_error != on_error:
         raise ValueError(

@@ -1,11 +1,11 @@
 """Counting the records of shards and remembering where to seek, cached on disk.
 
 :func:`index_shard` / :func:`index_shards` count the records of a shard (Parquet from its
-footer, line formats by one pass over the lines) and note the byte offset of every
-``every``-th record, so a reader can seek to record ``i`` without reading the records before
-it. The result (:class:`ShardIndex`) is cached on disk, keyed by path, size and modification
-time (ETag or Last-Modified for URLs), so each shard is scanned once per machine; an
-in-process memo avoids even that file read.
+footer, line formats by one pass over the lines, tar by one over the member headers) and
+note the byte offset of every ``every``-th record, so a reader can seek to record ``i``
+without reading the records before it. The result (:class:`ShardIndex`) is cached on disk,
+keyed by path, size and modification time (ETag or Last-Modified for URLs), so each shard is
+scanned once per machine; an in-process memo avoids even that file read.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from datamodules.streaming.formats import (
 )
 from datamodules.streaming.parquet import parquet_file
 from datamodules.streaming.shard_index import ShardIndex
+from datamodules.streaming.tar import scan_tar
 
 _INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
 _EVERY = 1024  # a seek offset is kept for every 1024th record
@@ -81,8 +82,8 @@ def index_shard(
 
     Raises:
         ShardError: The shard cannot be read (``on_error="raise"``).
-        RecordError: A bad CSV row under ``"raise"`` (CSV rows are parsed while counting,
-            so they fail here, early; JSONL and text records fail when read).
+        RecordError: A bad CSV row or tar record under ``"raise"`` (both are parsed while
+            counting, so they fail here, early; JSONL and text records fail when read).
     """
     check_on_error(on_error)
     fmt, compression = detect_format(path, fmt)
@@ -143,7 +144,7 @@ def _load_cached(key: str, cache_dir: Any, path: str) -> ShardIndex | None:
         with open(file) as f:
             data = json.load(f)
         data["path"] = path
-        for name in ("offsets", "lines", "columns"):
+        for name in ("offsets", "lines", "columns", "bad_offsets"):
             data[name] = tuple(data.get(name, ()))
         data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
         return ShardIndex(**data)
@@ -201,6 +202,8 @@ def _scan(
             count = pf.metadata.num_rows
             names = tuple(pf.schema_arrow.names)
         return ShardIndex(path, fmt, None, "raise", count, columns=names)
+    if fmt == "tar":
+        return scan_tar(path, compression, on_error, options)
     skips = SkipCounter(keep=KEEP_MESSAGES)
     every = _EVERY if compression is None else 0
     offsets: list[int] = []

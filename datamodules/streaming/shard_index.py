@@ -32,6 +32,8 @@ class ShardIndex:
         version: What identifies this version of the file (its size, ETag, Last-Modified or
             modification time, as JSON): a local cache of the shard must match it.
         columns: Parquet only: the names of the file's columns (for checking ``columns=``).
+        bad_offsets: Tar shards under ``on_error="skip"``: the byte offsets where the records
+            left out start, so that a reader starting anywhere leaves out the same ones.
     """
 
     path: str
@@ -48,3 +50,4 @@ class ShardIndex:
     size: int | None = None
     version: str | None = None
     columns: tuple[str, ...] = ()
+    bad_offsets: tuple[int, ...] = ()

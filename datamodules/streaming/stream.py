@@ -56,6 +56,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
 from datamodules.streaming.elastic import Segment, buffer_rng, runs
+from datamodules.streaming.errors import RecordError
 from datamodules.streaming.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
@@ -380,6 +381,8 @@ class ShardedStream(StreamPosition, IterableDataset):
             self._yielded += 1
             try:
                 batch = collate(samples)
+            except RecordError:  # it names its record already (an image record's collate)
+                raise
             except Exception as err:
                 raise self._collate_error(err, chunk, samples) from err
             yield batch

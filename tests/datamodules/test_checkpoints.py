@@ -10,6 +10,7 @@ keeping its quota over the two runs.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import subprocess
 import sys
@@ -125,6 +126,14 @@ def tensor_case(tmp_path: Path) -> RichCase:
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 
 
+def red_ids(batch: Any) -> list[int]:
+    """The red channel of each image's top-left pixel (uint8, or normalised on the device)."""
+    red = batch[0][:, 0, 0, 0].cpu()
+    if red.dtype != torch.uint8:  # normalised on the device: undo it
+        red = ((red * STD[0] + MEAN[0]) * 255).round()
+    return red.long().tolist()
+
+
 def image_case(tmp_path: Path) -> RichCase:
     index = 0
     for name in ("cat", "dog"):
@@ -133,12 +142,6 @@ def image_case(tmp_path: Path) -> RichCase:
             colour = (index, 0, 7)
             Image.new("RGB", (10, 8), colour).save(tmp_path / "img" / name / f"{j}.png")
             index += 1
-
-    def ids(batch: Any) -> list[int]:  # the red channel of the top-left pixel
-        red = batch[0][:, 0, 0, 0].cpu()
-        if red.dtype != torch.uint8:  # normalised on the device: undo it
-            red = ((red * STD[0] + MEAN[0]) * 255).round()
-        return red.long().tolist()
 
     return RichCase(
         make=lambda: ImageFolderDataModule(
@@ -153,7 +156,7 @@ def image_case(tmp_path: Path) -> RichCase:
             num_workers=0,
             persistent_workers=False,
         ),
-        batch_ids=ids,
+        batch_ids=red_ids,
         unsaved=set(),
     )
 
@@ -316,6 +319,45 @@ def stream_case(tmp_path: Path, workers: int) -> RichCase:
     )
 
 
+def classes_kept(dm: BaseDataModule, saved: dict[str, Any]) -> None:
+    assert saved["hparams"]["classes"] == ["cat", "dog"] and saved["hparams"]["mean"] == [0.5] * 3
+    assert dm.classes == ["cat", "dog"] and dm.num_classes == 2
+
+
+def image_stream_case(tmp_path: Path) -> RichCase:
+    """Tar shards of solid-colour PNGs (red = id) with class names in ``txt``."""
+    from datamodules.streaming import write_shards
+
+    records = []
+    for i in range(24):
+        buffer = io.BytesIO()
+        Image.new("RGB", (10, 8), (i, 0, 7)).save(buffer, "PNG")
+        records.append(
+            {"__key__": f"k{i:02d}", "png": buffer.getvalue(), "txt": ("cat", "dog")[i % 2]}
+        )
+    shards = write_shards(records, tmp_path / "shards", max_records=7)
+    return RichCase(
+        make=lambda: StreamingDataModule(
+            shards,
+            image_key="jpg;png",
+            label_key="txt",
+            classes=("cat", "dog"),
+            image_size=8,
+            normalize=True,
+            mean=MEAN,
+            std=STD,
+            on_error="skip",
+            shuffle_buffer=5,
+            index_cache=tmp_path / "index",
+            batch_size=4,
+            num_workers=0,
+        ),
+        batch_ids=red_ids,
+        unsaved=set(),
+        extra_checks=[classes_kept],
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -325,6 +367,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "text-token-files": token_files_case,
     "stream-mixed-1-worker": lambda p: stream_case(p, 1),
     "stream-mixed-2-workers": lambda p: stream_case(p, 2),
+    "stream-image-records": image_stream_case,
 }
 
 

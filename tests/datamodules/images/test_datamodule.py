@@ -20,7 +20,7 @@ from torchvision.datasets import ImageFolder
 from datamodules import ImageFolderDataModule
 from datamodules.images.batches import ImageBatchView
 from datamodules.images.datamodule import IMAGENET_MEAN, IMAGENET_STD
-from datamodules.images.decoding import ImageDecodeError
+from datamodules.imaging.decoding import ImageDecodeError
 from tests.datamodules.contract import ContractCase, DataModuleContract, quiet_trainer
 from tests.recording import RecordingModel
 

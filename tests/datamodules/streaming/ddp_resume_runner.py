@@ -2,7 +2,8 @@
 checkpointing every n steps or resuming from a checkpoint, and records the ids each rank saw.
 
 Launched by test_elastic_ddp.py as ``python tests/datamodules/streaming/ddp_resume_runner.py
---kwargs JSON --devices N --out DIR [--max-steps S --ckpt-dir D] [--ckpt-path P]``. Lightning's
+--kwargs JSON --devices N --out DIR [--max-steps S --ckpt-dir D] [--ckpt-path P] [--ids labels]``
+(``labels``: the ids are the labels of ``(images, labels)`` batches). Lightning's
 DDP launcher re-runs this same command line for the other ranks, so this file must be a plain
 script. Each rank writes ``rank{R}.json``: ``{"rank", "world", "train": {epoch: [[ids of
 batch 0], ...]}, "val": {...}}``. :func:`fit` runs it in-process.
@@ -31,6 +32,11 @@ def batch_ids(batch: Any) -> list[int]:
     return batch["id"].tolist()
 
 
+def label_ids(batch: Any) -> list[int]:
+    """The record ids of an ``(images, labels)`` batch whose labels are the ids."""
+    return batch[1].tolist()
+
+
 def fit(
     kwargs: dict[str, Any],
     devices: int = 1,
@@ -38,10 +44,11 @@ def fit(
     max_steps: int = -1,
     ckpt_dir: str | None = None,
     ckpt_path: str | None = None,
+    id_source: str = "id",
 ) -> dict[str, Any]:
     """One ``Trainer.fit``; returns this rank's record (see the module docstring)."""
     dm = StreamingDataModule(**kwargs)
-    model = RecordingModel(batch_ids)
+    model = RecordingModel(label_ids if id_source == "labels" else batch_ids)
     callbacks = []
     if ckpt_dir is not None:
         every = ModelCheckpoint(
@@ -80,6 +87,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--ckpt-dir", default=None)
     parser.add_argument("--ckpt-path", default=None)
+    parser.add_argument("--ids", choices=("id", "labels"), default="id")
     args = parser.parse_args()
     record = fit(
         json.loads(args.kwargs),
@@ -88,6 +96,7 @@ def main() -> None:
         args.max_steps,
         args.ckpt_dir,
         args.ckpt_path,
+        args.ids,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ def run(kwargs: dict[str, Any], out: Path, devices: int, **options: Any) -> list
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 
 
-def fresh_epoch(kwargs: dict[str, Any], world: int, epoch: int) -> list[list[list[int]]]:
+def fresh_epoch(
+    kwargs: dict[str, Any], world: int, epoch: int, ids: Callable[[Any], list[int]] = batch_ids
+) -> list[list[list[int]]]:
     """Each rank's batches of ``epoch`` in a fresh run on ``world`` ranks (no Trainer)."""
     per_rank = []
     for rank in range(world):
@@ -46,8 +49,22 @@ def fresh_epoch(kwargs: dict[str, Any], world: int, epoch: int) -> list[list[lis
         dm._rank_world = lambda rank=rank: (rank, world)  # type: ignore[method-assign]
         loader = dm.train_dataloader()
         loader.set_epoch(epoch)
-        per_rank.append([batch_ids(b) for b in loader])
+        per_rank.append([ids(b) for b in loader])
     return per_rank
+
+
+def interrupted_run(
+    root: Path, kwargs: dict[str, Any], **options: Any
+) -> tuple[list[dict[str, Any]], Path]:
+    """2 ranks x 2 workers, stopped and checkpointed in epoch 1 after 3 batches per rank: each
+    rank's record and the checkpoint (whose saved position is checked here)."""
+    ranks = run({**kwargs, "num_workers": 2}, root / "first", 2, max_steps=STOP,
+                ckpt_dir=root / "ckpt", **options)  # fmt: skip
+    path = root / "ckpt" / f"step={STOP}.ckpt"
+    state = torch.load(path, weights_only=True)["StreamingDataModule"]["train_stream"]
+    saved = (state["epoch"], state["batches"], state["world_size"], state["num_workers"])
+    assert saved == (1, 3, 2, 2)
+    return ranks, path
 
 
 @pytest.fixture(scope="module")
@@ -61,21 +78,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "batch_size": 4,
         "shuffle_buffer": 6,
     }
-    ranks = run(
-        {**kwargs, "num_workers": 2},
-        root / "first",
-        2,
-        max_steps=STOP,
-        ckpt_dir=root / "ckpt",
-    )
-    path = root / "ckpt" / f"step={STOP}.ckpt"
-    state = torch.load(path, weights_only=False)["StreamingDataModule"]["train_stream"]
-    assert (state["epoch"], state["batches"], state["world_size"], state["num_workers"]) == (
-        1,
-        3,
-        2,
-        2,
-    )
+    ranks, path = interrupted_run(root, kwargs)
     assert [len(r["train"]["0"]) for r in ranks] == [PER_EPOCH] * 2
     head = [b for r in ranks for b in r["train"]["1"]]
     assert len(head) == 6

@@ -1,14 +1,17 @@
-"""Image decoding: any image file to a ``uint8`` RGB tensor, or an error naming the file.
+"""Image decoding: any image file or encoded bytes to a ``uint8`` RGB tensor, or an error naming it.
 
 * :func:`decode_image` turns any image file into a ``uint8`` tensor of shape ``(3, H, W)``
-  (contiguous, or channels-last on request). JPEG, PNG, WebP and GIF go through
+  (contiguous, or channels-last on request); :func:`decode_image_bytes` does the same for
+  encoded bytes already in memory (a member of a tar shard, a Parquet cell). JPEG, PNG, WebP
+  and GIF go through
   TorchCodec's image decoders (``torchcodec.decoders.decode_jpeg`` & co.: libjpeg-turbo,
   libpng, libwebp, giflib; no FFmpeg needed); every other format (BMP, TIFF, PPM/PGM,
   ...) goes through Pillow. The format is sniffed from the file's first bytes, not from
   its extension.
 
-The folder index (:func:`~datamodules.images.index.scan_image_folder`) is in
-:mod:`datamodules.images.index`.
+Image folders (:class:`~datamodules.ImageFolderDataModule`) and image records of streams
+(:class:`~datamodules.StreamingDataModule` with ``image_key=``) both decode here, so their
+pixels are the same for the same bytes.
 
 Colour handling in :func:`decode_image` (the same for both decoders):
 
@@ -36,10 +39,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-# The value of ``torchvision.datasets.folder.IMG_EXTENSIONS`` (torchvision 0.29), copied so
-# that importing this module does not import torchvision.datasets; a test checks they agree.
-
-
 PathLike = str | os.PathLike
 
 #: Extensions the decoder reads (torchvision's ``IMG_EXTENSIONS`` and GIF, which torchvision's
@@ -48,7 +47,7 @@ DECODABLE: tuple[str, ...] = (
     ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif",
 )  # fmt: skip
 
-__all__ = ["ImageDecodeError", "decode_image"]
+__all__ = ["DECODABLE", "ImageDecodeError", "decode_image", "decode_image_bytes", "is_image_bytes"]
 
 
 class ImageDecodeError(OSError):
@@ -106,6 +105,15 @@ def _sniff_format(head: bytes) -> str | None:
     return None
 
 
+_OTHER_SIGNATURES = (b"BM", b"II*\x00", b"MM\x00*", b"P5", b"P6")
+
+
+def is_image_bytes(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` starts like an encoded image (JPEG, PNG, GIF, WebP, BMP, TIFF, PPM/PGM)."""
+    head = bytes(data[:12])
+    return _sniff_format(head) is not None or head.startswith(_OTHER_SIGNATURES)
+
+
 def _torchcodec_decoder(fmt: str) -> Callable[..., torch.Tensor]:
     """The TorchCodec decode function for ``fmt``, imported on first use."""
     fn = _decoders.get(fmt)
@@ -160,9 +168,38 @@ def decode_image(path: PathLike, *, channels_last: bool = False) -> torch.Tensor
             data = bytearray(file.readall())
     except OSError as exc:
         raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
-    if not data:
-        raise ImageDecodeError.for_file(path, "file is empty (0 bytes)")
+    return _decode(data, path, channels_last)
 
+
+def decode_image_bytes(
+    data: bytes | bytearray | memoryview, *, name: str = "<bytes>", channels_last: bool = False
+) -> torch.Tensor:
+    """Decode one encoded image held in memory into a ``uint8`` tensor ``(3, H, W)``.
+
+    The same decoders, colour handling and layouts as :func:`decode_image` (which reads a
+    file and calls this): the same bytes give the same pixels.
+
+    Args:
+        data: The encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF, ...). A ``bytearray`` is
+            decoded in place; other buffers are copied once (the decoders need a writable one).
+        name: What to call the image in an error message (a path, a shard and key).
+        channels_last: Return the interleaved layout (see :func:`decode_image`).
+
+    Returns:
+        A ``torch.uint8`` tensor of shape ``(3, H, W)``.
+
+    Raises:
+        ImageDecodeError: The bytes are empty, not an image, truncated or corrupt; the
+            message names ``name`` and the cause.
+    """
+    if not isinstance(data, bytearray):
+        data = bytearray(data)
+    return _decode(data, name, channels_last)
+
+
+def _decode(data: bytearray, name: str, channels_last: bool) -> torch.Tensor:
+    if not data:
+        raise ImageDecodeError.for_file(name, "file is empty (0 bytes)")
     fmt = _sniff_format(bytes(data[:12]))
     try:
         image = _decode_torchcodec(fmt, data) if fmt is not None else _decode_pillow(data)
@@ -171,7 +208,7 @@ def decode_image(path: PathLike, *, channels_last: bool = False) -> torch.Tensor
     except Exception as exc:  # decoders raise RuntimeError, ValueError, OSError, SyntaxError...
         decoder = f"TorchCodec {fmt.upper()} decoder" if fmt else "Pillow"
         message = _CPP_LOCATION.sub("", str(exc).strip()) or type(exc).__name__
-        raise ImageDecodeError.for_file(path, f"{decoder}: {message}") from exc
+        raise ImageDecodeError.for_file(name, f"{decoder}: {message}") from exc
     return _to_layout(image, channels_last)
 
 

@@ -9,7 +9,7 @@ import torch
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from datamodules.images.transforms import RandomResizedCropFlip, ResizeCenterCrop
+from datamodules.imaging.transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 
 def channels_last_image(height: int, width: int, seed: int = 0) -> torch.Tensor:

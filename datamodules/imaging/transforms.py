@@ -1,4 +1,10 @@
-"""The default image transforms, fused for speed on uint8 channels-last tensors.
+"""The default image transforms, fused for speed on uint8 channels-last tensors, and the
+normalisation that follows them on the device.
+
+:func:`default_train_transforms` / :func:`default_eval_transforms` are what
+:class:`~datamodules.ImageFolderDataModule` and the image records of
+:class:`~datamodules.StreamingDataModule` use unless given others; :func:`to_float` is what
+both do to a uint8 batch once the Trainer moved it to the device.
 
 They draw the same random parameters as ``torchvision.transforms.v2.RandomResizedCrop`` +
 ``RandomHorizontalFlip`` (train) and apply the same ``Resize`` + ``CenterCrop`` (eval), but:
@@ -22,9 +28,26 @@ transform can replace them (``train_transforms=`` / ``eval_transforms=``).
 from __future__ import annotations
 
 import math
+import numbers
 import random
+from collections.abc import Sequence
+from typing import Any
 
 import torch
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "RandomResizedCropFlip",
+    "ResizeCenterCrop",
+    "check_image_arguments",
+    "default_eval_transforms",
+    "default_train_transforms",
+    "to_float",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # What F.interpolate(mode="bilinear", antialias=True, align_corners=False) runs.
 _resize_aa = torch.ops.aten._upsample_bilinear2d_aa
@@ -193,3 +216,40 @@ class ResizeCenterCrop:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(size={self.size}, resize={self.resize})"
+
+
+def default_train_transforms(image_size: Size) -> RandomResizedCropFlip:
+    """RandomResizedCrop to ``image_size`` and a horizontal flip, on uint8 tensors."""
+    return RandomResizedCropFlip(image_size)
+
+
+def default_eval_transforms(image_size: Size) -> ResizeCenterCrop:
+    """Resize the short side to ``image_size / 0.875``, then CenterCrop ``image_size``."""
+    return ResizeCenterCrop(image_size)
+
+
+def check_image_arguments(image_size: Any, mean: Any, std: Any) -> None:
+    """Raises unless ``image_size`` is an int >= 1 or ``(height, width)`` and ``mean`` / ``std``
+    are 3 numbers each (``std`` all > 0), naming the argument, the value and what is accepted."""
+    as_height_width(image_size)
+    for name, stats in (("mean", mean), ("std", std)):
+        listed = isinstance(stats, Sequence) and not isinstance(stats, str)
+        if not listed or len(stats) != 3 or not all(isinstance(s, numbers.Real) for s in stats):
+            raise ValueError(f"{name}={stats!r} is not accepted: give 3 numbers (R, G, B).")
+    if any(s <= 0 for s in std):
+        raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+
+
+def to_float(
+    images: torch.Tensor,
+    mean: Sequence[float] | None = IMAGENET_MEAN,
+    std: Sequence[float] | None = IMAGENET_STD,
+) -> torch.Tensor:
+    """uint8 images ``(B, 3, H, W)`` -> float32 in [0, 1], then ``(x - mean) / std`` per
+    channel unless ``mean`` / ``std`` are None; on the images' device, layout kept."""
+    out = images.float().div_(255.0)
+    if mean is not None and std is not None:
+        shift = torch.tensor(mean, device=out.device).view(1, 3, 1, 1)
+        scale = torch.tensor(std, device=out.device).view(1, 3, 1, 1)
+        out.sub_(shift).div_(scale)
+    return out

@@ -1,0 +1,15 @@
+"""Image decoding and the default image transforms, shared by image folders and image streams.
+
+A layer below the data kinds that need it (:mod:`datamodules.images` and
+:mod:`datamodules.streaming`), so that both decode the same bytes to the same pixels and
+batch them the same way:
+
+* :mod:`~datamodules.imaging.decoding`: image files and encoded bytes to uint8 RGB
+  (TorchCodec, Pillow).
+* :mod:`~datamodules.imaging.transforms`: RandomResizedCrop + flip and Resize + CenterCrop on
+  uint8, the defaults, and the normalisation done on the device.
+* :mod:`~datamodules.imaging.batches`: decoded images written straight into a reused uint8
+  batch; the log of what ``on_error="skip"`` left out in the workers.
+
+It imports only :mod:`datamodules.core` and :mod:`collates`.
+"""

@@ -1,0 +1,200 @@
+"""Image records to batches, in the stream's workers: decoded, transformed, written in place.
+
+:class:`ImageRecordCollate` is the collate of a stream built with ``image_key=``: for each
+record of a batch it finds the image (the first of the ``image_key`` alternatives present:
+bytes, or Hugging Face's ``{"bytes", "path"}``), decodes it with
+:func:`~datamodules.imaging.decoding.decode_image_bytes` and writes it through the split's
+transform straight into a uint8 channels-last batch in a reused shared-memory slot
+(:class:`~datamodules.imaging.batches.ImageBatchWriter`), exactly as
+:class:`~datamodules.ImageFolderDataModule` does with files. Batches are ``(images, labels)``
+(labels int64, from ints or from names through ``classes``), or with ``label_key=None`` a dict
+of ``"image"`` and the records' other fields, collated as streams collate them.
+
+A record without the image, with bytes that do not decode, or with a label that is missing or
+unknown raises :class:`~datamodules.streaming.errors.RecordError` naming the shard and the
+record's key; under ``on_error="skip"`` it is left out of its batch (which is one image
+smaller: every rank still gets the same number of batches) and logged for the main process
+(:class:`~datamodules.imaging.batches.SkipLog`). A batch whose records are all bad repeats the
+worker's last good record instead of being empty.
+
+:class:`TaggedReader` adds where each record came from (``__url__``, and ``__index__`` for
+records without a ``__key__``) so that errors can name it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from collates.records import collate_records
+from datamodules.imaging.batches import ImageBatchWriter, SkipLog
+from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
+from datamodules.streaming.errors import RecordError
+
+__all__ = ["ImageRecordCollate", "TaggedReader"]
+
+
+class TaggedReader:
+    """Wraps a range reader: dict records get ``__url__`` (their shard) unless they have one,
+    and ``__index__`` (their position in it) unless they have a ``__key__``."""
+
+    def __init__(self, reader: Callable[[str, int, int], Any]) -> None:
+        self.reader = reader
+
+    def plan(self, paths: Sequence[str]) -> None:
+        """Passes the shards to read next on to the wrapped reader (for its prefetch)."""
+        plan = getattr(self.reader, "plan", None)
+        if plan is not None:
+            plan(paths)
+
+    def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
+        for index, record in enumerate(self.reader(path, start, stop), start):
+            if isinstance(record, dict):
+                record.setdefault("__url__", path)
+                if "__key__" not in record:
+                    record["__index__"] = index
+            yield record
+
+
+class _Bad(Exception):
+    """Why one record cannot be batched."""
+
+
+def record_name(record: Any) -> tuple[str, str]:
+    """``(shard, where)`` of a record, for messages: its ``__url__`` and key or position."""
+    if not isinstance(record, Mapping):
+        return "<records>", f"a {type(record).__name__} record"
+    shard = str(record.get("__url__", "<records>"))
+    if "__key__" in record:
+        return shard, f"key {record['__key__']!r}"
+    if "__index__" in record:
+        return shard, f"record {record['__index__']}"
+    return shard, "a record"
+
+
+class ImageRecordCollate:
+    """The collate of image records: ``(images uint8 (B, 3, H, W), labels int64 (B,))``.
+
+    Args:
+        image_keys: The image field's names, tried in order (the first present wins).
+        label_key: The label field (None: dict batches of ``"image"`` and the other fields).
+        classes: Class names; a string label is mapped to its index here (None: labels
+            must be ints).
+        transform: The split's transform on uint8 ``(3, H, W)`` images (one size per batch).
+        on_error: ``"raise"`` or ``"skip"`` bad records.
+        skip_log: Where skipped records are logged for the main process (``"skip"``).
+    """
+
+    def __init__(
+        self,
+        image_keys: Sequence[str],
+        label_key: str | None,
+        classes: Sequence[str] | None,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None,
+        on_error: str = "raise",
+        skip_log: SkipLog | None = None,
+    ) -> None:
+        self.image_keys = tuple(image_keys)
+        self.label_key = label_key
+        self.classes = None if classes is None else tuple(classes)
+        self.class_to_idx = None if classes is None else {c: i for i, c in enumerate(classes)}
+        self.transform = transform
+        self.on_error = on_error
+        self.skip_log = skip_log
+        self._last_good: Any = None  # this worker's last good record, for an all-bad batch
+
+    def __call__(self, records: list[Any]) -> Any:
+        writer = ImageBatchWriter(len(records), self.transform)
+        labels: list[int] = []
+        rest: list[dict[str, Any]] = []
+        for record in records:
+            try:
+                image, label = self._decode(record)
+            except _Bad as bad:
+                self._bad(record, str(bad))
+                continue
+            writer.add(image)
+            labels.append(label)
+            if self.label_key is None:
+                rest.append({k: v for k, v in record.items() if k not in self.image_keys})
+            self._last_good = record
+        if not labels:
+            if self._last_good is None:
+                shard, where = record_name(records[-1])
+                raise RecordError(
+                    shard, where, "every record of this batch is bad and no good one was read "
+                    "before it to fill the batch (on_error='skip')"
+                )  # fmt: skip
+            image, label = self._decode(self._last_good)
+            writer.add(image)
+            labels.append(label)
+            if self.label_key is None:
+                rest.append({k: v for k, v in self._last_good.items() if k not in self.image_keys})
+            self._log(self._last_good, "repeated to fill a batch whose records were all bad")
+        images = writer.batch()
+        if self.label_key is not None:
+            return images, torch.tensor(labels, dtype=torch.int64)
+        return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
+
+    def _decode(self, record: Any) -> tuple[torch.Tensor, int]:
+        if not isinstance(record, Mapping):
+            raise _Bad(f"is a {type(record).__name__}, not a dict with an image field")
+        label = self._label(record) if self.label_key is not None else -1
+        key, value = next(
+            ((k, record[k]) for k in self.image_keys if record.get(k) is not None), (None, None)
+        )
+        if key is None:
+            fields = sorted(k for k in record if not k.startswith("__"))
+            wanted = ";".join(self.image_keys)
+            raise _Bad(f"has no image field {wanted!r} (image_key); its fields: {fields}")
+        try:
+            if isinstance(value, Mapping):  # Hugging Face's Image struct
+                data, path = value.get("bytes"), value.get("path")
+                if data is None:
+                    if not path or not os.path.isfile(path):
+                        raise _Bad(f"field {key!r} holds no bytes and no readable path ({path!r})")
+                    return decode_image(path, channels_last=True), label
+                value = data
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise _Bad(f"field {key!r} holds a {type(value).__name__}, not encoded image bytes")
+            image = decode_image_bytes(value, channels_last=True)  # errors name the record below
+        except ImageDecodeError as error:
+            raise _Bad(f"field {key!r}: {error.reason}") from error
+        return image, label
+
+    def _label(self, record: Mapping[str, Any]) -> int:
+        if self.label_key not in record:
+            fields = sorted(k for k in record if not k.startswith("__"))
+            raise _Bad(f"has no label field {self.label_key!r} (label_key); its fields: {fields}")
+        value = record[self.label_key]
+        if isinstance(value, str):
+            if self.class_to_idx is None:
+                raise _Bad(
+                    f"label {value!r} is a string: give classes=[...] to map names to indices"
+                )
+            index = self.class_to_idx.get(value)
+            if index is None:
+                shown = ", ".join(repr(c) for c in self.classes[:10])
+                more = f" and {len(self.classes) - 10} more" if len(self.classes) > 10 else ""
+                raise _Bad(f"label {value!r} is not one of classes ({shown}{more})")
+            return index
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"label {value!r} is a {type(value).__name__}: use ints or strings")
+        if value < 0 or (self.classes is not None and value >= len(self.classes)):
+            top = "" if self.classes is None else f", < {len(self.classes)} (len(classes))"
+            raise _Bad(f"label {value} is out of range (labels are >= 0{top})")
+        return value
+
+    def _bad(self, record: Any, reason: str) -> None:
+        shard, where = record_name(record)
+        if self.on_error == "raise":
+            raise RecordError(shard, where, reason)
+        self._log(record, reason)
+
+    def _log(self, record: Any, reason: str) -> None:
+        if self.skip_log is not None:
+            shard, where = record_name(record)
+            self.skip_log.record(shard, f"{where}\t{reason}")

@@ -1,0 +1,190 @@
+"""Tar shards: WebDataset's keys and decoding, seeks from the index, and every kind of damage
+under both policies (raised naming shard and member or key; skipped and counted the same way
+by the index and by every reader, from any offset)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from datamodules.streaming.errors import RecordError, SkipCounter
+from datamodules.streaming.formats import detect_format, read_records
+from datamodules.streaming.index import index_shard
+from datamodules.streaming.tar import decode_field, encode_field, split_name
+
+
+def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT):
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for name, data in members:
+            add(tar, name, data)
+    return path
+
+
+def sample_members(n: int) -> list[tuple[str, bytes]]:
+    """Record ``i``: key ``d/s{i}``, a 700 + i byte image, a class, JSON and text."""
+    members = []
+    for i in range(n):
+        members += [
+            (f"d/s{i:03d}.jpg", bytes([i % 256]) * (700 + i)),
+            (f"d/s{i:03d}.cls", str(i).encode()),
+            (f"d/s{i:03d}.meta.json", json.dumps({"i": i}).encode()),
+            (f"d/s{i:03d}.TXT", f"caption {i}".encode()),
+        ]
+    return members
+
+
+def ids(records) -> list[int]:
+    return [r["cls"] for r in records]
+
+
+def test_keys_and_extensions_follow_webdataset() -> None:
+    assert split_name("a/b.c.jpg") == ("a/b", "c.jpg")
+    assert split_name("x.JPG") == ("x", "jpg")
+    assert split_name("./a/b.seg.png") == ("./a/b", "seg.png")
+    assert split_name("__index__.json") == ("__index__", "json")  # not named __*__
+    for meta in ("__meta__", "__dir__/a.jpg", "README"):
+        assert split_name(meta) is None
+
+
+def test_values_are_decoded_by_the_last_part_of_the_extension() -> None:
+    assert [decode_field(e, b"12\n") for e in ("cls", "cls2", "index", "id", "x.cls")] == [12] * 5
+    assert decode_field("txt", "é".encode()) == "é" and decode_field("text", b"t") == "t"
+    assert decode_field("json", b'{"a": [1]}') == {"a": [1]}
+    assert decode_field("jpg", b"\xff\xd8") == b"\xff\xd8"
+    for ext in ("pyd", "pickle", "pth", "x.pth"):
+        with pytest.raises(ValueError, match="unpickled"):
+            decode_field(ext, b"\x80\x04K\x01.")
+    with pytest.raises(ValueError, match="not an integer"):
+        decode_field("cls", b"cat")
+    for ext, value in (("cls", 3), ("txt", "é"), ("json", {"a": 1}), ("jpg", b"\x00\x01")):
+        assert decode_field(ext, encode_field(ext, value)) == value
+    with pytest.raises(TypeError, match="holds an int"):
+        encode_field("cls", "3")
+    with pytest.raises(ValueError, match="refused"):
+        encode_field("pickle", object())
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_records_group_members_and_keep_their_bytes(tmp_path: Path, fmt: int) -> None:
+    long = "l" * 120 if fmt != tarfile.USTAR_FORMAT else "l" * 60
+    members = sample_members(3) + [(f"{long}/x.cls", b"9"), ("__meta__", b"m")]
+    path = write_tar(tmp_path / "a.tar", members, fmt)
+    with tarfile.open(path, "a", format=fmt) as tar:
+        tar.addfile(tarfile.TarInfo("emptydir/"))  # a directory member is no record's
+    records = list(read_records(str(path)))
+    assert records[0] == {
+        "__key__": "d/s000",
+        "__url__": str(path),
+        "jpg": b"\x00" * 700,
+        "cls": 0,
+        "meta.json": {"i": 0},
+        "txt": "caption 0",
+    }
+    assert ids(records) == [0, 1, 2, 9] and records[3]["__key__"] == f"{long}/x"
+    assert index_shard(str(path), cache_dir=False).count == 4
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".tgz"])
+def test_every_range_equals_the_slice_of_a_full_read(tmp_path: Path, suffix: str) -> None:
+    raw = write_tar(tmp_path / "r.tar", sample_members(50))
+    path = tmp_path / f"s{suffix}"
+    if suffix == ".tar":
+        raw.rename(path)
+    else:
+        path.write_bytes(gzip.compress(raw.read_bytes()))
+    assert detect_format(str(path)) == ("tar", None if suffix == ".tar" else "gzip")
+    index = index_shard(str(path), cache_dir=False)
+    assert index.count == 50 and bool(index.offsets) == (suffix == ".tar")
+    full = ids(read_records(str(path)))
+    assert full == list(range(50))
+    for start in (0, 1, 15, 16, 17, 33, 49):
+        for stop in (start + 1, min(start + 20, 50), 50):
+            assert (
+                ids(read_records(str(path), start=start, stop=stop, index=index))
+                == full[start:stop]
+            )
+
+
+def write_bad(tmp_path: Path, case: str) -> tuple[Path, list[int]]:
+    """A 30-record shard with one kind of damage; returns it and the records still good."""
+    members = sample_members(30)
+    good = list(range(30))
+    if case == "repeated key":  # record 20's key is record 5's again, not adjacent
+        members[80:84] = [(n.replace("s020", "s005"), d) for n, d in members[80:84]]
+        good.remove(20)
+    elif case == "duplicate extension":
+        members.insert(49, ("d/s012.cls", b"12"))
+        good.remove(12)
+    elif case == "bad class":
+        members[4 * 7 + 1] = ("d/s007.cls", b"seven")
+        good.remove(7)
+    elif case == "bad json":
+        members[4 * 9 + 2] = ("d/s009.meta.json", b"{nope")
+        good.remove(9)
+    elif case == "pickle member":
+        members.insert(4 * 3 + 1, ("d/s003.pyd", b"\x80\x04K\x01."))
+        good.remove(3)
+    path = write_tar(tmp_path / "bad.tar", members)
+    if case in ("truncated data", "truncated header"):
+        data = path.read_bytes()
+        with tarfile.open(path) as tar:
+            member = next(m for m in tar.getmembers() if m.name == "d/s025.jpg")
+        cut = member.offset_data + 100 if case == "truncated data" else member.offset + 200
+        path.write_bytes(data[:cut])
+        good = list(range(25))
+    if case == "corrupt header":
+        data = bytearray(path.read_bytes())
+        with tarfile.open(path) as tar:
+            member = next(m for m in tar.getmembers() if m.name == "d/s018.jpg")
+        data[member.offset + 10] ^= 0xFF  # the checksum no longer matches
+        path.write_bytes(bytes(data))
+        good = list(range(18))
+    return path, good
+
+
+BAD = {
+    "truncated data": r"member 'd/s025.jpg'.*ends inside the data",
+    "truncated header": r"ends inside a header after member 'd/s024.TXT'",
+    "corrupt header": r"corrupt header after member 'd/s017.TXT' \(checksum mismatch\)",
+    "repeated key": r"key 'd/s005': key 'd/s005' repeats an earlier record's",
+    "duplicate extension": r"key 'd/s012': member 'd/s012.cls' repeats \.cls",
+    "bad class": r"key 'd/s007': member 'd/s007.cls': not an integer",
+    "bad json": r"key 'd/s009': member 'd/s009.meta.json': invalid JSON",
+    "pickle member": r"key 'd/s003': member 'd/s003.pyd'.*refused",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_shard_raises_naming_shard_and_member_or_key(tmp_path: Path, case: str) -> None:
+    path, _ = write_bad(tmp_path, case)
+    with pytest.raises(RecordError, match=BAD[case]) as info:
+        index_shard(str(path), cache_dir=False)
+    assert str(info.value).startswith(str(path))
+    with pytest.raises(RecordError, match=BAD[case]):
+        list(read_records(str(path)))
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_skip_leaves_out_the_same_records_from_every_offset(tmp_path: Path, case: str) -> None:
+    path, good = write_bad(tmp_path, case)
+    counter = SkipCounter()
+    index = index_shard(str(path), on_error="skip", cache_dir=False, counter=counter)
+    assert index.count == len(good) and counter.total == index.skipped == 1
+    assert str(path) in counter.messages[0]
+    direct = SkipCounter()  # no index: the reader finds the same bad record itself
+    assert ids(read_records(str(path), on_error="skip", counter=direct)) == good
+    assert direct.total == 1
+    for start in range(0, len(good), 3):
+        got = ids(read_records(str(path), on_error="skip", start=start, index=index))
+        assert got == good[start:]
