@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from datamodules.core.loaders import passthrough
 from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
+from datamodules.streaming.messages import interleave
 from datamodules.streaming.stream import ShardedStream
 
 
@@ -57,6 +58,7 @@ class StreamLoader(DataLoader):
         self.reuse_batch_memory = reuse_batch_memory
         super().__init__(dataset, batch_size=None, **kwargs)
         dataset._loader_workers = max(self.num_workers, 1)
+        dataset._send_messages = self.num_workers > 0
         self.consumed_batches: Callable[[], int | None] | None = None
         #: Optional callable run just before the last batch of an epoch is yielded (a
         #: consumer that stops after it never asks for the end of the iteration).
@@ -81,6 +83,8 @@ class StreamLoader(DataLoader):
         with quiet(self.quiet_while_starting):  # torch checks the worker count here
             started = super().__iter__()
         batches = iterate_with_pool(started, self.batch_pool, self.persistent_workers)
+        if self.num_workers:  # each worker sends its batches in messages: deal them out
+            batches = interleave(batches, self.num_workers)
         first = True
         for batch in batches:
             stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts

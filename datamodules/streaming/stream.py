@@ -66,6 +66,7 @@ from datamodules.streaming.failures import (
 )
 from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.layout import Plan, worker_done
+from datamodules.streaming.messages import messages
 from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
 from datamodules.streaming.position import StreamPosition, check_int
 from datamodules.streaming.readers import Reader, ShardReader
@@ -181,6 +182,9 @@ class ShardedStream(StreamPosition, IterableDataset):
             )
         self._init_position()
         self._cache: tuple[Any, Any, Plan] | None = None
+        #: Set by a StreamLoader with workers: each worker sends its batches grouped in
+        #: messages (:mod:`~datamodules.streaming.messages`).
+        self._send_messages = False
 
     # ------------------------------------------------------------------ layout
     @property
@@ -327,7 +331,10 @@ class ShardedStream(StreamPosition, IterableDataset):
         seq, plan = self._segment_plan(epoch, segments)
         self.epoch = epoch
         self._yielded = done + (sum(s[3] for s in segments) if info is None else 0)
-        return self._batches(epoch, worker, workers, done, seq, plan, len(segments))
+        batches = self._batches(epoch, worker, workers, done, seq, plan, len(segments))
+        if info is not None and self._send_messages:  # a StreamLoader's worker
+            return messages(batches, info.id)
+        return batches
 
     def _batches(
         self,
