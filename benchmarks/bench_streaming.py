@@ -1,22 +1,28 @@
-"""StreamingDataModule against litdata and webdataset over the same records, in the same run.
+"""StreamingDataModule against its baselines, litdata and webdataset over the same records.
 
 Data: ``--records`` records ``{"id": int, "tokens": list of round(exp(N(3.2, 0.8))) ints}``
 (lengths clipped to [1, 512]) in 16 shards, written to a temporary directory as JSONL and as
-Parquet for ours, with ``litdata.optimize`` for litdata (tokens as int64 arrays) and as tar
-shards for webdataset. Ours is ``StreamingDataModule(shards, ...).train_dataloader()`` (the
-loader a Trainer gets), with its default collate. Each loader runs 2 workers, batches of 64,
-shuffling on (ours and webdataset: a 10,000-record buffer), and the same padded collate:
-``collates.records.collate_records`` (what the DataModule's default collate calls for dict
-records; ``--collate lean`` swaps in ``pad_tokens`` below for every loader). One repeat is
-one full epoch, worker start included; the loaders alternate within a repeat and each figure
-is the median over ``--repeats``. Ours also checks that every record arrived exactly once.
+Parquet (row groups of 2,048) for ours, with ``litdata.optimize`` for litdata (tokens as int64
+arrays) and as tar shards for webdataset. Ours is
+``StreamingDataModule(shards, ...).train_dataloader()`` (the loader a Trainer gets) with its
+default collate, over 0 and 2 workers. litdata and webdataset run 2 workers. Every loader
+batches 64 records, shuffles (ours and webdataset: a 10,000-record buffer) and pads with the
+same rules: ``collates.records.collate_records`` (what the DataModule's default collate gives
+for dict records; ``--collate lean`` swaps in ``pad_tokens`` below for every loader).
+
+Baselines, in one process over the same data: the standard library's ``json.loads`` over the
+JSONL lines (already in memory), and pyarrow reading the Parquet files' columns into NumPy.
+
+Each loader runs alone (the cores to itself): one first epoch (workers starting), then
+``--repeats`` later epochs with persistent workers, whose median is the figure that the ratios
+compare. Ours also checks that every record arrived exactly once in every epoch.
 
 ``--memory``: peak memory of one full epoch of ours (the DataModule over JSONL, 2 workers,
 batch 64, shuffle buffer 10,000, default collate), for 100k and 1M records, each in a fresh
 process; summed over the main process and its workers, as PSS (shared pages split between
 processes) and RSS.
 
-Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 3] [--memory]``.
+Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 5] [--memory]``.
 """
 
 from __future__ import annotations
@@ -165,12 +171,14 @@ def write_webdataset(root: Path, n_records: int) -> list[str] | None:
 # ---------------------------------------------------------------------------- loaders
 
 
-def datamodule(paths: list[str], seed: int, collate: Any, cache: Any) -> StreamingDataModule:
+def datamodule(
+    paths: list[str], seed: int, collate: Any, cache: Any, workers: int = WORKERS
+) -> StreamingDataModule:
     """Ours: the DataModule's default collate for ``collate_records``, else ``collate``."""
     return StreamingDataModule(
         paths,
         batch_size=BATCH,
-        num_workers=WORKERS,
+        num_workers=workers,
         shuffle_buffer=BUFFER,
         shuffle_seed=seed,
         collate=None if collate is collate_records else collate,
@@ -178,42 +186,92 @@ def datamodule(paths: list[str], seed: int, collate: Any, cache: Any) -> Streami
     )
 
 
-def ours_epoch(paths: list[str], seed: int, collate: Any, cache: Any) -> tuple[int, bytearray]:
-    dm = datamodule(paths, seed, collate, cache)
-    seen = bytearray(dm.split_size("train"))
-    n = 0
-    for batch in dm.train_dataloader():
-        ids = batch["id"]
-        n += len(ids)
-        for i in ids.tolist():
-            seen[i] += 1
-    return n, seen
+class Ours:
+    """The loader a Trainer gets, built once (workers persist), checked exactly once."""
+
+    def __init__(self, paths: list[str], collate: Any, cache: Any, workers: int) -> None:
+        self.dm = datamodule(paths, 0, collate, cache, workers)
+        self.n = self.dm.split_size("train")
+        self.loader = self.dm.train_dataloader()
+        self.exact = True
+
+    def epoch(self) -> int:
+        ids = [batch["id"] for batch in self.loader]
+        counts = torch.bincount(torch.cat(ids), minlength=self.n)
+        n = int(counts.sum())
+        self.exact &= n == self.n and bool((counts == 1).all())
+        return n
 
 
-def litdata_epoch(root: str, seed: int, collate: Any) -> int:
-    from litdata import StreamingDataLoader, StreamingDataset
+class Litdata:
+    def __init__(self, root: str, collate: Any) -> None:
+        from litdata import StreamingDataLoader, StreamingDataset
 
-    dataset = StreamingDataset(root, shuffle=True, seed=seed)
-    loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
-    return sum(len(batch["id"]) for batch in loader)
+        dataset = StreamingDataset(root, shuffle=True, seed=0)
+        self.loader = StreamingDataLoader(
+            dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate,
+            persistent_workers=True,
+        )  # fmt: skip
+
+    def epoch(self) -> int:
+        return sum(len(batch["id"]) for batch in self.loader)
 
 
 def wds_sample(sample: dict[str, Any]) -> dict[str, Any]:
     return sample["json"]
 
 
-def wds_epoch(paths: list[str], seed: int, collate: Any) -> int:
-    import webdataset as wds
+class WebDataset:
+    def __init__(self, paths: list[str], collate: Any) -> None:
+        import webdataset as wds
 
-    dataset = (
-        wds.WebDataset(paths, shardshuffle=len(paths), seed=seed, empty_check=False)
-        .shuffle(BUFFER)
-        .decode()
-        .map(wds_sample)
-        .batched(BATCH, collation_fn=collate, partial=True)
-    )
-    loader = wds.WebLoader(dataset, batch_size=None, num_workers=WORKERS)
-    return sum(len(batch["id"]) for batch in loader)
+        dataset = (
+            wds.WebDataset(paths, shardshuffle=len(paths), seed=0, empty_check=False)
+            .shuffle(BUFFER)
+            .decode()
+            .map(wds_sample)
+            .batched(BATCH, collation_fn=collate, partial=True)
+        )
+        self.loader = wds.WebLoader(
+            dataset, batch_size=None, num_workers=WORKERS, persistent_workers=True
+        )
+
+    def epoch(self) -> int:
+        return sum(len(batch["id"]) for batch in self.loader)
+
+
+class JsonLoads:
+    """Baseline: the standard library's ``json.loads`` over the same lines, in one process
+    (the lines already in memory, as text)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.lines = [line for p in paths for line in Path(p).read_text().splitlines()]
+
+    def epoch(self) -> int:
+        loads = json.loads
+        for line in self.lines:
+            loads(line)
+        return len(self.lines)
+
+
+class ArrowColumns:
+    """Baseline: pyarrow reads the same Parquet files' columns into NumPy, in one process."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def epoch(self) -> int:
+        import pyarrow.parquet as pq
+
+        n = 0
+        for path in self.paths:
+            table = pq.read_table(path, use_threads=False)
+            ids = table.column("id").to_numpy()
+            tokens = table.column("tokens").combine_chunks()
+            tokens.flatten().to_numpy()
+            tokens.value_lengths().to_numpy()
+            n += len(ids)
+        return n
 
 
 def timed(fn, *args) -> tuple[float, Any]:
@@ -241,49 +299,67 @@ def throughput(args: argparse.Namespace) -> None:
         for collate_name in args.collate:
             collate = COLLATES[collate_name]
             results[collate_name] = measure(args, jsonl, parquet, lit, web, collate, cache)
-    for collate_name, (rates, exact) in results.items():
-        report(args, collate_name, rates, exact)
+    for collate_name, (first, rates, exact) in results.items():
+        report(args, collate_name, first, rates, exact)
 
 
-def measure(args, jsonl, parquet, lit, web, collate, cache) -> tuple[dict[str, list[float]], bool]:
-    """Samples/s of every loader in every repeat, and whether ours was exact every time."""
-    n = args.records
+def measure(args, jsonl, parquet, lit, web, collate, cache):
+    """Records/s of every loader: its first epoch (workers starting) and the later ones."""
     cases: dict[str, Any] = {
-        "ours (JSONL)": lambda s: ours_epoch(jsonl, s, collate, cache),
-        "ours (Parquet)": lambda s: ours_epoch(parquet, s, collate, cache),
+        "json.loads, 1 process (baseline)": lambda: JsonLoads(jsonl),
+        "pyarrow columns to NumPy (baseline)": lambda: ArrowColumns(parquet),
+        "ours, JSONL, 0 workers": lambda: Ours(jsonl, collate, cache, 0),
+        "ours, JSONL, 2 workers": lambda: Ours(jsonl, collate, cache, WORKERS),
+        "ours, Parquet, 0 workers": lambda: Ours(parquet, collate, cache, 0),
+        "ours, Parquet, 2 workers": lambda: Ours(parquet, collate, cache, WORKERS),
     }
     if lit:
-        cases["litdata StreamingDataset"] = lambda s: (litdata_epoch(lit, s, collate), None)
+        cases["litdata StreamingDataset, 2 workers"] = lambda: Litdata(lit, collate)
     if web:
-        cases["webdataset"] = lambda s: (wds_epoch(web, s, collate), None)
-    rates: dict[str, list[float]] = {name: [] for name in cases}
+        cases["webdataset, 2 workers"] = lambda: WebDataset(web, collate)
+    first: dict[str, float] = {}
+    rates: dict[str, list[float]] = {}
     exact = True
-    for repeat in range(args.repeats):
-        for name, run in cases.items():
-            seconds, (count, seen) = timed(run, repeat)
+    for name, make in cases.items():  # one loader at a time: each has the cores to itself
+        loader = make()
+        seconds, count = timed(loader.epoch)
+        first[name] = count / seconds
+        rates[name] = []
+        for _ in range(args.repeats):
+            seconds, count = timed(loader.epoch)
             rates[name].append(count / seconds)
-            if seen is not None:
-                exact &= count == n and seen.count(1) == n
-            elif count != n:
-                print(f"  {name}: repeat {repeat}: delivered {count:,} of {n:,} records")
-    return rates, exact
+        if isinstance(loader, Ours):
+            exact &= loader.exact
+        elif count != args.records:
+            print(f"  {name}: delivered {count:,} of {args.records:,} records")
+        del loader
+    return first, rates, exact
 
 
-def report(args, collate_name: str, rates: dict[str, list[float]], exact: bool) -> None:
+def report(args, collate_name: str, first, rates, exact: bool) -> None:
     print(
-        f"\n{args.records:,} records, {SHARDS} shards, {WORKERS} workers, batch {BATCH}, "
-        f"shuffle on, {collate_name} padded collate, workers by "
-        f"{multiprocessing.get_start_method()}; "
-        f"{platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, torch {torch.__version__}; medians of {args.repeats}"
+        f"\n{args.records:,} records, {SHARDS} shards, batch {BATCH}, shuffle on (buffer "
+        f"{BUFFER:,}), {collate_name} padded collate, workers by "
+        f"{multiprocessing.get_start_method()}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}; each loader alone; later epochs: "
+        f"median of {args.repeats} (persistent workers)"
     )
-    lit = "litdata StreamingDataset" in rates
-    base = statistics.median(rates["litdata StreamingDataset"]) if lit else None
-    for name, values in rates.items():
-        rate = statistics.median(values)
-        ratio = f"  {rate / base:.2f}x litdata" if base else ""
-        spread = f"  (runs: {', '.join(f'{v:,.0f}' for v in values)})"
-        print(f"  {name:<26} {rate:>10,.0f} samples/s{ratio}{spread}")
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    lit = median.get("litdata StreamingDataset, 2 workers")
+    print(f"  {'loader':<38} {'later epochs':>13} {'first epoch':>12}  ratios (later epochs)")
+    for name, rate in median.items():
+        ratios = []
+        if lit and not name.endswith("(baseline)"):
+            ratios.append(f"{rate / lit:.2f}x litdata")
+        if name.startswith("ours, JSONL"):
+            ratios.append(f"{rate / median['json.loads, 1 process (baseline)']:.2f}x json.loads")
+        if name.startswith("ours, Parquet"):
+            base = median["pyarrow columns to NumPy (baseline)"]
+            ratios.append(f"{rate / base:.2f}x pyarrow columns")
+        if name.endswith("2 workers") and name.startswith("ours"):
+            zero = median[name.replace("2 workers", "0 workers")]
+            ratios.append(f"{rate / zero:.2f}x its 0 workers")
+        print(f"  {name:<38} {rate:>13,.0f} {first[name]:>12,.0f}  {', '.join(ratios)}")
     print(f"  ours exactly once in every epoch: {exact}")
 
 
@@ -369,7 +445,7 @@ def memory(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
         "--collate",
         nargs="+",

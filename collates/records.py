@@ -30,7 +30,7 @@ from collates.fields import (
 )
 from collates.padding import PadCollate
 
-__all__ = ["collate_records"]
+__all__ = ["collate_field", "collate_records", "field_pad", "pad_flat_values"]
 
 
 def collate_records(
@@ -76,31 +76,43 @@ def collate_records(
     keys = record_keys(records)
     if isinstance(collate.pad_value, dict):
         check_keys(collate.pad_value, keys, "pad_value")
-    right = padding_side == "right"
-    out: dict[Hashable, Any] = {}
-    for key in keys:
-        column = [record[key] for record in records]
-        name = f"field {key!r}"
-        first = type(column[0])
-        if first in PLAIN and all(type(v) in PLAIN for v in column):
-            out[key] = torch.tensor(column)  # numbers (PadCollate._stack's first case)
-            continue
-        if first is str and all(type(v) is str for v in column):
-            out[key] = column
-            continue
-        label = key in collate.label_fields
-        mask = isinstance(key, str) and key.endswith("attention_mask")
-        pad = collate._field_pad(key, label, mask)
-        fast = _pad_flat(column, pad, right) if first in (list, np.ndarray) else None
-        if fast is not None:
-            out[key] = fast
-            continue
-        kind = column_kind(column, name)
-        if kind == ARRAY:
-            out[key] = collate._pad_field(column, name, pad)[0]
-        else:
-            out[key] = collate._stack(column, kind, name)
-    return out
+    return {key: collate_field(collate, key, [record[key] for record in records]) for key in keys}
+
+
+def collate_field(collate: PadCollate, key: Hashable, column: list[Any]) -> Any:
+    """One field of a batch, as :func:`collate_records` collates it: ``column`` holds the
+    field's value in every record, in order, and ``collate`` gives the padding rules.
+
+    A column-oriented reader (a stream that gathers a batch from decoded columns) calls it
+    for the fields it does not convert itself, so the two give the same batch.
+    """
+    name = f"field {key!r}"
+    first = type(column[0])
+    if first in PLAIN and all(type(v) in PLAIN for v in column):
+        return torch.tensor(column)  # numbers (PadCollate._stack's first case)
+    if first is str and all(type(v) is str for v in column):
+        return column
+    label = key in collate.label_fields
+    mask = isinstance(key, str) and key.endswith("attention_mask")
+    pad = collate._field_pad(key, label, mask)
+    fast = (
+        _pad_flat(column, pad, collate.padding_side == "right")
+        if first in (list, np.ndarray)
+        else None
+    )
+    if fast is not None:
+        return fast
+    kind = column_kind(column, name)
+    if kind == ARRAY:
+        return collate._pad_field(column, name, pad)[0]
+    return collate._stack(column, kind, name)
+
+
+def field_pad(collate: PadCollate, key: Hashable) -> Number:
+    """The pad value of a field under ``collate``'s rules (labels, attention masks)."""
+    label = key in collate.label_fields
+    mask = isinstance(key, str) and key.endswith("attention_mask")
+    return collate._field_pad(key, label, mask)
 
 
 def _flat_values(column: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -154,9 +166,17 @@ def _pad_flat(column: list[Any], pad_value: Number, right: bool) -> Tensor | Non
     values, lengths = found
     if values.dtype.kind == "f" and type(column[0]) is list:
         values = values.astype(_numpy_dtype(torch.get_default_dtype()))
+    return pad_flat_values(values, lengths, pad_value, right)
+
+
+def pad_flat_values(
+    values: np.ndarray, lengths: np.ndarray, pad_value: Number, right: bool
+) -> Tensor:
+    """A padded ``(len(lengths), max length, ...)`` batch from the rows' values laid end to
+    end: row ``i`` holds the next ``lengths[i]`` of ``values``, padded with ``pad_value``."""
     tensor = torch.from_numpy(values)
     width = int(lengths.max())
-    out = torch.full((len(column), width, *tensor.shape[1:]), pad_value, dtype=tensor.dtype)
+    out = torch.full((len(lengths), width, *tensor.shape[1:]), pad_value, dtype=tensor.dtype)
     positions = np.arange(width)
     mask = positions < lengths[:, None] if right else positions >= (width - lengths)[:, None]
     out.numpy()[mask] = values

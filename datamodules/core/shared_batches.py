@@ -251,7 +251,9 @@ class ExportingCollate:
         return _worker_slots.export(out)
 
 
-def attach_pool(kwargs: dict[str, Any], reuse: bool = True) -> SharedBatchPool | None:
+def attach_pool(
+    kwargs: dict[str, Any], reuse: bool = True, extra_slots: int = 0
+) -> SharedBatchPool | None:
     """Sets up DataLoader keyword arguments for a pool; returns it (None without workers).
 
     Wraps ``collate_fn`` in :class:`ExportingCollate` and ``worker_init_fn`` in
@@ -261,6 +263,8 @@ def attach_pool(kwargs: dict[str, Any], reuse: bool = True) -> SharedBatchPool |
     Args:
         kwargs: The keyword arguments, changed in place.
         reuse: False: only unwrap, attach nothing.
+        extra_slots: Slots per worker beyond the usual (for a loader whose main process
+            holds more than one batch a worker at a time).
     """
     collate = kwargs["collate_fn"]
     if isinstance(collate, ExportingCollate):
@@ -274,7 +278,7 @@ def attach_pool(kwargs: dict[str, Any], reuse: bool = True) -> SharedBatchPool |
     prefetch = kwargs.get("prefetch_factor") or 2
     # In flight per worker: `prefetch` batches, plus about two the main process still
     # holds (the one in the training step and the one fetched ahead).
-    pool = SharedBatchPool(workers, slots_per_worker=prefetch + 3)
+    pool = SharedBatchPool(workers, slots_per_worker=prefetch + 3 + extra_slots)
     kwargs["collate_fn"] = ExportingCollate(collate)
     kwargs["worker_init_fn"] = PoolWorkerInit(pool, init)
     return pool

@@ -9,6 +9,7 @@ from typing import Any
 
 from datamodules.core.hardware import TUNE
 from datamodules.remote.cache import parse_size
+from datamodules.remote.files import is_remote
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
 from datamodules.streaming.formats import FORMATS
 from datamodules.streaming.mixing import Source, check_sources
@@ -155,3 +156,16 @@ def check_mixing(files: dict[str, Any], epoch_size: Any, source_key: Any) -> Non
                 f"{split}_files: every source of an evaluation split is read once; drop "
                 "weight= and repeat= there."
             )
+
+
+def stream_work(files: dict[str, Any]) -> str:
+    """The kind of work of a stream's loaders for ``num_workers="auto"``: ``"io"`` when some
+    shards are remote (the workers mostly wait on the network), else ``"decode"`` (parsing
+    records is CPU work, as decoding images is)."""
+    for given in files.values():
+        for item in given or ():
+            paths = item.files if isinstance(item, Source) else item
+            for path in [paths] if isinstance(paths, str) else paths:
+                if is_remote(str(path)):
+                    return "io"
+    return "decode"

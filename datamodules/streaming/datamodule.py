@@ -78,14 +78,16 @@ from datamodules.streaming.arguments import (
     check_stream_arguments,
     check_stream_split_arguments,
     remote_options,
+    stream_work,
 )
 from datamodules.streaming.batching import Chain, factory_loader, stream_collate
+from datamodules.streaming.columnar import reads_columns
 from datamodules.streaming.errors import SkipCounter
 from datamodules.streaming.formats import read_records
 from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
 from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.inspection import StreamInspection
-from datamodules.streaming.loader import StreamLoader
+from datamodules.streaming.loader import StreamLoader, gathered_prefetch
 from datamodules.streaming.mixing import Source
 from datamodules.streaming.readers import ShardReader, SliceReader
 from datamodules.streaming.splits import SplitSource, StreamSplits
@@ -183,8 +185,9 @@ class StreamingDataModule(
         val_split: Does not apply to a stream (records of the validation split come from
             ``val_files``): leave it unset or 0. The same holds for ``test_split``,
             ``splits`` and ``stratify``.
-        num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts this as
-            I/O work (2 per CPU, at most 16), or with ``image_key`` as decode work.
+        num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts local
+            shards as CPU work (parsing or decoding: the CPUs of this rank) and remote shards
+            as I/O work (2 per CPU, at most 16); image records are decode work either way.
         train_transforms: Applied to train samples after ``transform``.
         eval_transforms: Applied to validation, test and predict samples after ``transform``.
 
@@ -275,6 +278,7 @@ class StreamingDataModule(
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
         self.mixes: dict[str, list[SplitSource]] = {}
         self.files = files
+        self.work = stream_work(files)
         self.transform = transform
         self.collate_fn = collate
         self.shuffle_buffer = shuffle_buffer
@@ -389,6 +393,7 @@ class StreamingDataModule(
             on_error=self.on_error,
             sources=None if mix is None else [m.engine() for m in mix],
             source_key=self.source_key,
+            columnar=reads_columns(shards, reader, transform, collate),
         )
 
     def make_loader(self, split: str) -> DataLoader | None:
@@ -412,6 +417,7 @@ class StreamingDataModule(
             # Our length is exact on every rank and worker count (Lightning cannot know that).
             advice.append((_ITERABLE_LEN, UserWarning))
             stream = self.make_stream(split, rank, world)
+            settings = self._settings[split] = gathered_prefetch(settings, stream, self)
             loader = StreamLoader(
                 stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
             )
@@ -481,8 +487,7 @@ class StreamingDataModule(
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickles without the Trainer and the loaders (for ``spawn`` workers of
-        :meth:`read_shard` overrides)."""
+        """Pickles without the Trainer and the loaders (for ``spawn`` workers)."""
         state = self.__dict__.copy()
         state.update(trainer=None, _train_loader_ref=None, _train_stream=None)
         return state
@@ -491,6 +496,5 @@ class StreamingDataModule(
         return None if self._train_loader_ref is None else self._train_loader_ref()
 
     def _detached(self) -> StreamingDataModule:
-        """A shallow copy without Trainer and loaders, for the readers and collates that run
-        an overridden method in the workers (no reference cycle through the loader)."""
+        """A shallow copy without Trainer and loaders (no cycle through the loader)."""
         return copy.copy(self)

@@ -49,7 +49,8 @@ from datamodules.streaming.errors import (
     SkipCounter,
     check_on_error,
 )
-from datamodules.streaming.parquet import read_parquet
+from datamodules.streaming.jsonl_blocks import jsonl_blocks, parse_line
+from datamodules.streaming.parquet import read_parquet, read_parquet_batches
 from datamodules.streaming.tar import read_tar
 
 if TYPE_CHECKING:
@@ -268,7 +269,7 @@ _third = itemgetter(2)
 
 def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
     """JSONL records (blank lines are not records); line numbers only, for errors."""
-    path, decode, line = lines.path, decode_json, lines.line
+    path, decode, line = lines.path, parse_line, lines.line
     try:
         for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
             if line == 1 and raw.startswith(BOM):
@@ -279,7 +280,7 @@ def _read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, c
                 check -= 1
                 continue
             try:
-                rec = decode(raw.decode())
+                rec = decode(raw)
             except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
                 _bad(path, line, json_reason(err, raw), on_error, counter)
                 continue
@@ -372,6 +373,29 @@ def read_records(
     if fmt == "tar":
         yield from read_tar(path, compression, on_error, start, stop, index, counter, options)
         return
+    lines, skip, header = _lines_at(path, fmt, compression, on_error, start, index, options)
+    try:
+        n = None if stop is None else stop - start
+        if fmt == "csv":
+            yield from islice(map(_third, csv_rows(lines, on_error, counter, skip, header)), n)
+        else:
+            reader = _read_jsonl if fmt == "jsonl" else _read_txt
+            yield from islice(reader(lines, on_error, counter, skip), n)
+    finally:
+        lines.close()
+
+
+def _lines_at(
+    path: str,
+    fmt: str,
+    compression: str | None,
+    on_error: str,
+    start: int,
+    index: ShardIndex | None,
+    options: RemoteOptions | None,
+) -> tuple[ShardLines, int, list[str] | None]:
+    """A line shard opened as close before record ``start`` as its index allows: the lines,
+    the records left to skip, and the CSV header when the read starts past it."""
     if index is not None and index.on_error != on_error:
         raise ValueError(
             f"the index of {path!r} was made with on_error={index.on_error!r}, not "
@@ -385,13 +409,50 @@ def read_records(
         skip = start - slot * index.every
         if fmt == "csv":
             header = csv_header(path, compression, options)
-    lines = ShardLines(path, compression, offset, line, options)
+    return ShardLines(path, compression, offset, line, options), skip, header
+
+
+#: The formats whose records a stream can read as columns (:func:`read_blocks`).
+COLUMNAR = ("jsonl", "parquet")
+
+
+def read_blocks(
+    path: str,
+    fmt: str | None = None,
+    on_error: OnError = "raise",
+    start: int = 0,
+    stop: int | None = None,
+    index: ShardIndex | None = None,
+    counter: SkipCounter | None = None,
+    columns: Sequence[str] | None = None,
+    options: RemoteOptions | None = None,
+) -> Iterator[tuple[Any, list[Any] | None]]:
+    """The records ``[start, stop)`` of a Parquet or JSONL shard in blocks of consecutive
+    records: ``(arrow table, None)``, or ``(None, records)`` for a JSONL block that only reads
+    exactly line by line (see :mod:`~datamodules.streaming.jsonl_blocks`). The same records,
+    positions and errors as :func:`read_records`.
+    """
+    check_on_error(on_error)
+    fmt, compression = detect_format(path, fmt)
+    if fmt not in COLUMNAR:
+        raise ValueError(f"read_blocks({path!r}): {fmt} shards are read as records.")
+    if start < 0 or (stop is not None and stop < start):
+        raise ValueError(f"read_blocks({path!r}): bad range start={start}, stop={stop}.")
+    if stop == start:
+        return
+    if fmt == "parquet":
+        for batch in read_parquet_batches(path, start, stop, columns, options):
+            yield batch, None
+        return
+    lines, skip, _ = _lines_at(path, fmt, compression, on_error, start, index, options)
+    line = lines.line
     try:
         n = None if stop is None else stop - start
-        if fmt == "csv":
-            yield from islice(map(_third, csv_rows(lines, on_error, counter, skip, header)), n)
-        else:
-            reader = _read_jsonl if fmt == "jsonl" else _read_txt
-            yield from islice(reader(lines, on_error, counter, skip), n)
+        yield from jsonl_blocks(lines, on_error, counter, skip, n, json_reason)
+    except RecordError:
+        raise
+    except Exception as err:  # a corrupt or truncated stream, a dropped connection
+        line = lines.line
+        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
     finally:
         lines.close()

@@ -33,9 +33,9 @@ from datamodules.streaming.formats import (
     BOM,
     ShardLines,
     csv_rows,
-    decode_json,
     detect_format,
     json_reason,
+    parse_line,
 )
 from datamodules.streaming.parquet import parquet_file
 from datamodules.streaming.shard_index import ShardIndex
@@ -177,7 +177,7 @@ def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
         if fmt == "jsonl":
             if on_error == "skip":
                 try:
-                    decode_json(raw.decode())
+                    parse_line(raw)
                 except ValueError as err:
                     skips.record(lines.path, lines.line, json_reason(err, raw))
                     continue

@@ -14,6 +14,7 @@ from typing import Any
 
 from datamodules.core.summary import counted, unsaved_lines
 from datamodules.remote.files import is_remote
+from datamodules.streaming.columnar import columnar_reason
 from datamodules.streaming.splits import SPLITS
 
 
@@ -38,6 +39,7 @@ class StreamInspection:
             return None
         stream = self.make_stream(split, 0, 1)
         stream.collate = list  # the samples themselves: their lengths before padding
+        stream.columnar = False
         batches = []
         for samples in stream:
             batches.append(samples)
@@ -120,6 +122,7 @@ class StreamInspection:
                 text += f", {order}, drop_last={self.drop_last}"
             lines.append(text)
             lines.extend(self._source_lines(split))
+            lines.append(self._batch_path_line(split, shards))
         settings = self._settings.get("train") or self.loader_settings("train")
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
@@ -146,6 +149,18 @@ class StreamInspection:
         lines.extend(self.extra_summary())
         lines.extend(unsaved_lines(self))
         return "\n".join(lines)
+
+    def _batch_path_line(self, split: str, shards: list[Any]) -> str:
+        """How the split's batches are made: gathered from columns, or collated from records."""
+        image = bool(getattr(self, "image_keys", None))
+        reads_blocks = not self._custom_reader() and not image
+        transform = self.transform_for(split)
+        reason = columnar_reason(
+            {s.fmt for s in shards}, reads_blocks, transform, self._collate_fn()
+        )
+        if reason is None:
+            return "    batches: gathered from columns (the buffer shuffles record positions)"
+        return f"    batches: collated from records ({reason})"
 
     def _source_lines(self, split: str) -> list[str]:
         """One line per source of a mixed split: shards, records, weight or repeat, records this

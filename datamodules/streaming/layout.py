@@ -21,9 +21,11 @@ epoch resumed on another layout (the sequence is the records not yet delivered).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Plan", "WorkerSpan", "ceil_div", "worker_done"]
+__all__ = ["Plan", "WorkerSpan", "ceil_div", "order_pieces", "worker_done"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -121,3 +123,25 @@ class Plan:
         """Size of rank ``rank``'s batch ``j``."""
         full, tail = self.sizes(rank)
         return self.batch_size if j < full else tail[j - full]
+
+
+def order_pieces(
+    order: list[tuple[int, int, int, int]], cum: list[int], u: int, v: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """The pieces of an epoch's order that hold its global positions ``[u, v)`` (past ``N``:
+    wrapped, for padding): ``(shard, first, stop, source)``, records ``[first, stop)`` of
+    the shard, in order. ``order[k]`` is ``(shard, start, count, source)`` and ``cum`` the
+    running counts of the pieces."""
+    n = cum[-1]
+    while u < v:
+        base = (u // n) * n
+        lo, hi = u - base, min(v - base, n)
+        k = bisect_right(cum, lo) - 1
+        while lo < hi:
+            a, b = lo - cum[k], min(hi, cum[k + 1]) - cum[k]
+            if b > a:
+                shard, start, _, source = order[k]
+                yield shard, start + a, start + b, source
+                lo = cum[k] + b
+            k += 1
+        u = base + hi

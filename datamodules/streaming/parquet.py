@@ -2,7 +2,7 @@
 
 :class:`parquet_file` opens a local or remote Parquet file as a pyarrow ``ParquetFile``;
 :func:`read_parquet` yields the rows ``[start, stop)`` as dicts, reading only the row groups
-that hold them.
+that hold them; :func:`read_parquet_batches` the same rows as Arrow record batches (columns).
 """
 
 from __future__ import annotations
@@ -51,6 +51,19 @@ def read_parquet(
     options: RemoteOptions | None = None,
 ):
     """Yields the rows ``[start, stop)`` of a Parquet shard as dicts (only their row groups)."""
+    for batch in read_parquet_batches(path, start, stop, columns, options):
+        yield from batch.to_pylist()
+
+
+def read_parquet_batches(
+    path: str,
+    start: int,
+    stop: int | None,
+    columns: Sequence[str] | None,
+    options: RemoteOptions | None = None,
+):
+    """Yields the rows ``[start, stop)`` of a Parquet shard as Arrow record batches (only
+    their row groups are read)."""
     with parquet_file(path, options) as pf:
         meta = pf.metadata
         stop = meta.num_rows if stop is None else min(stop, meta.num_rows)
@@ -77,7 +90,7 @@ def read_parquet(
                     batch = batch.slice(skip, left)
                     skip = 0
                 left -= batch.num_rows
-                yield from batch.to_pylist()
+                yield batch
                 if left <= 0:
                     return
         except ShardError:

@@ -16,7 +16,7 @@ from datamodules.remote.cache import Prefetcher, ShardCache
 from datamodules.remote.files import default_options, is_remote
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 from datamodules.streaming.errors import ShardError
-from datamodules.streaming.formats import read_records
+from datamodules.streaming.formats import read_blocks, read_records
 from datamodules.streaming.index import ShardIndex
 
 Reader = Callable[[str, int, int], Iterable[Any]]
@@ -87,13 +87,22 @@ class ShardReader:
         return path, getattr(index, "version", None), getattr(index, "size", None)
 
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
+        """The records ``[start, stop)`` of a shard."""
+        return self._read(read_records, path, start, stop)
+
+    def blocks(self, path: str, start: int, stop: int) -> Iterator[tuple[Any, list[Any] | None]]:
+        """The same records as blocks of columns (Parquet, JSONL; see
+        :func:`~datamodules.streaming.formats.read_blocks`)."""
+        return self._read(read_blocks, path, start, stop)
+
+    def _read(self, read: Callable[..., Iterator[Any]], path: str, start: int, stop: int):
         index = self.indexes.get(path)
         fmt = index.fmt if index is not None else None
         streamed = bool(self._plan) and path == self._plan[0] and not self._keeps_copies()
         if streamed:
             self._prefetch_after(0)
         if self.cache is None or not is_remote(path) or streamed:
-            return read_records(
+            return read(
                 path,
                 fmt,
                 self.on_error,
@@ -103,10 +112,16 @@ class ShardReader:
                 columns=self.columns,
                 options=self.options,
             )
-        return self._read_copy(path, fmt, start, stop, index)
+        return self._read_copy(read, path, fmt, start, stop, index)
 
     def _read_copy(
-        self, path: str, fmt: str | None, start: int, stop: int, index: ShardIndex | None
+        self,
+        read: Callable[..., Iterator[Any]],
+        path: str,
+        fmt: str | None,
+        start: int,
+        stop: int,
+        index: ShardIndex | None,
     ) -> Iterator[Any]:
         assert self.cache is not None
         if path in self._plan:
@@ -116,9 +131,7 @@ class ShardReader:
         _, version, size = self._identity(path)
         try:
             with self.cache.open(path, version, size) as local:
-                yield from read_records(
-                    local, fmt, self.on_error, start, stop, index, columns=self.columns
-                )
+                yield from read(local, fmt, self.on_error, start, stop, index, columns=self.columns)
         except RemoteError as error:
             raise ShardError(path, None, f"cannot download shard ({error.reason})") from error
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import random
 import warnings
-from bisect import bisect_right
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from itertools import compress, count, islice, repeat
 from typing import Any
@@ -55,6 +54,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
+from datamodules.streaming.columnar import ColumnarReading
 from datamodules.streaming.elastic import Segment, buffer_rng, runs
 from datamodules.streaming.errors import RecordError
 from datamodules.streaming.failures import (
@@ -65,7 +65,7 @@ from datamodules.streaming.failures import (
     record_place,
 )
 from datamodules.streaming.index import ShardIndex
-from datamodules.streaming.layout import Plan, worker_done
+from datamodules.streaming.layout import Plan, order_pieces, worker_done
 from datamodules.streaming.messages import messages
 from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
 from datamodules.streaming.position import StreamPosition, check_int
@@ -76,7 +76,7 @@ from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
 __all__ = ["ShardedStream"]
 
 
-class ShardedStream(StreamPosition, IterableDataset):
+class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
     """Streams collated batches from shards; exactly once per epoch over ranks x workers.
 
     Args:
@@ -102,6 +102,10 @@ class ShardedStream(StreamPosition, IterableDataset):
             position in ``shards``) and its quota of records per epoch. None: every shard once
             per epoch.
         source_key: With ``sources``, each (dict) record gets its source's name in this field.
+        columnar: Read Parquet and JSONL shards as blocks of columns and gather each batch by
+            field (:mod:`~datamodules.streaming.columnar`): the batches of ``collate`` over the
+            records, which must be the default collate (``stream_collate``); no
+            ``transform``.
 
     Raises:
         ValueError: A bad argument (named in the message).
@@ -125,6 +129,7 @@ class ShardedStream(StreamPosition, IterableDataset):
         on_error: str = "raise",
         sources: Sequence[StreamSource] | None = None,
         source_key: str | None = None,
+        columnar: bool = False,
     ) -> None:
         super().__init__()
         self.batch_size = check_int(batch_size, "batch_size", 1)
@@ -166,6 +171,12 @@ class ShardedStream(StreamPosition, IterableDataset):
         self.reader = reader if reader is not None else ShardReader(indexes, on_error)
         self.sources = list(sources) if sources is not None else None
         self.source_key = source_key
+        if columnar and (transform is not None or not hasattr(self.reader, "blocks")):
+            raise ValueError(
+                "columnar=True reads blocks of columns: it needs a reader with blocks() (the "
+                "default ShardReader) and no transform."
+            )
+        self.columnar = bool(columnar)
         if self.sources is not None:
             check_stream_sources(self.sources, len(self.paths))
         self.num_records = (
@@ -246,31 +257,20 @@ class ShardedStream(StreamPosition, IterableDataset):
     ) -> Iterator[tuple[Any, int, int]]:
         """Records at global positions ``[u, v)`` (past ``N``: wrapped, for padding), each as
         ``(record, shard, position in the shard)``, so that an error can name it."""
-        n = cum[-1]
-        while u < v:
-            base = (u // n) * n
-            lo, hi = u - base, min(v - base, n)
-            k = bisect_right(cum, lo) - 1
-            while lo < hi:
-                a, b = lo - cum[k], min(hi, cum[k + 1]) - cum[k]
-                if b > a:
-                    shard, start, _, source = order[k]
-                    path = self.paths[shard]
-                    tally = count(start + a)  # zip advances it only for records given
-                    records = islice(self.reader(path, start + a, start + b), b - a)
-                    if source >= 0 and self.source_key is not None:
-                        records = self._labelled(records, self.sources[source].name, path)
-                    yield from zip(records, repeat(shard), tally, strict=False)
-                    got = next(tally) - start - a
-                    if got != b - a:
-                        raise RuntimeError(
-                            f"shard {path!r} ended after record {start + a + got}, but its "
-                            f"index promised {self.counts[shard]}: was it changed after "
-                            "indexing? Index it again (delete its cache entry)."
-                        )
-                    lo = cum[k] + b
-                k += 1
-            u = base + hi
+        for shard, first, stop, source in order_pieces(order, cum, u, v):
+            path = self.paths[shard]
+            tally = count(first)  # zip advances it only for records given
+            records = islice(self.reader(path, first, stop), stop - first)
+            if source >= 0 and self.source_key is not None:
+                records = self._labelled(records, self.sources[source].name, path)
+            yield from zip(records, repeat(shard), tally, strict=False)
+            got = next(tally) - first
+            if got != stop - first:
+                raise RuntimeError(
+                    f"shard {path!r} ended after record {first + got}, but its index "
+                    f"promised {self.counts[shard]}: was it changed after indexing? Index it "
+                    "again (delete its cache entry)."
+                )
 
     def _labelled(self, records: Iterator[Any], name: str, path: str) -> Iterator[Any]:
         key = self.source_key
@@ -370,6 +370,19 @@ class ShardedStream(StreamPosition, IterableDataset):
                 return self._read_positions(order, cum, pos[i:])
 
         rng = buffer_rng(self.seed, epoch, self.rank, worker, segment)
+        if self.columnar:  # blocks of columns; the buffer shuffles the records' positions
+            if seq is None:
+
+                def read_blocks(i: int) -> Iterator[Any]:
+                    return self._read_blocks(order, cum, span.base + i, span.base + span.n)
+
+            else:
+
+                def read_blocks(i: int) -> Iterator[Any]:
+                    return self._position_blocks(order, cum, pos[i:])
+
+            yield from self._gathered(read_blocks, span, plan, done, worker, rng)
+            return
         records = self._records(read_from, span.n, span.t, rng)
         transform, collate = self.transform, self.collate
         for j in range(span.first + done, span.first + span.mine):
@@ -415,7 +428,11 @@ class ShardedStream(StreamPosition, IterableDataset):
         return batch_error(err, self._where(chunk[culprit]), COLLATE_HINT)
 
     def _records(
-        self, read_from: Callable[[int], Iterator[Any]], n: int, t: int, rng: random.Random
+        self,
+        read_from: Callable[[int], Iterator[Any]],
+        n: int,
+        t: int,
+        rng: random.Random,
     ) -> Iterator[Any]:
         """A worker's ``n`` records after shuffling, from the ``t``-th on (``read_from(i)``
         reads its records ``i`` to ``n``)."""

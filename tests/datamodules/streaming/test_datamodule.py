@@ -149,8 +149,8 @@ def test_text_records_and_transforms(tmp_path):
     (tmp_path / "a.txt").write_text("\n".join(lines[:7]) + "\n")
     (tmp_path / "b.txt").write_text("\n".join(lines[7:]) + "\n")
     dm = StreamingDataModule(
-        str(tmp_path / "*.txt"), batch_size=3, shuffle=False, index_cache=False
-    )
+        str(tmp_path / "*.txt"), batch_size=3, shuffle=False, index_cache=False, num_workers=0
+    )  # in file order (with workers, their blocks of batches interleave)
     assert [b for b in dm.train_dataloader()] == [lines[0:3], lines[3:6], lines[6:9], lines[9:]]
     dm = StreamingDataModule(
         str(tmp_path / "*.txt"),

@@ -1,0 +1,341 @@
+"""The columnar path gives the record path's batches: the same keys, dtypes, padding and
+lengths, in the same order, on Parquet and JSONL of every kind of field, through real worker
+processes, over ranks x workers, and across exact and elastic resumes."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from datamodules import Source, StreamingDataModule
+from datamodules.streaming.columns import RowStore
+from datamodules.streaming.loader import StreamLoader
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+
+def assert_same_batch(a: Any, b: Any, where: str) -> None:
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            assert_same_batch(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, (where, a.dtype, b.dtype, a.shape)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=where)
+    else:
+        assert a == b, where
+
+
+def batches(dm: StreamingDataModule, columnar: bool, rank: int = 0, world: int = 1,
+            workers: int = 0, epoch: int = 0) -> list:  # fmt: skip
+    stream = dm.make_stream("train", rank, world)
+    assert stream.columnar, "the default collate reads these shards as columns"
+    stream.columnar = columnar
+    stream.set_epoch(epoch)
+    return list(StreamLoader(stream, num_workers=workers))
+
+
+def same_both_ways(dm: StreamingDataModule, **kwargs: Any) -> list:
+    columns, records = batches(dm, True, **kwargs), batches(dm, False, **kwargs)
+    assert len(columns) == len(records) > 0
+    for i, (a, b) in enumerate(zip(columns, records, strict=True)):
+        assert_same_batch(a, b, f"batch {i}")
+    return columns
+
+
+RICH = [
+    {"id": 0, "n": 3, "x": 0.25, "ok": True, "name": "a", "tokens": [1, 2, 3],
+     "w": [0.5, 1.5], "labels": [7, 8], "attention_mask": [1, 1], "empty": []},
+    {"id": 1, "n": -4, "x": 1.75, "ok": False, "name": "bé", "tokens": [4],
+     "w": [2.5], "labels": [9], "attention_mask": [1], "empty": []},
+]  # fmt: skip
+
+
+def rich_records(n: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        record = json.loads(json.dumps(RICH[i % 2]))
+        record["id"] = i
+        record["tokens"] = list(range(i % 7))
+        record["w"] = [x + 0.125 for x in range(i % 4 + 1)]
+        record["labels"] = [i] * (i % 3 + 1)
+        record["attention_mask"] = [1] * (i % 3 + 1)
+        out.append(record)
+    return out
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_jsonl_of_every_plain_kind_gives_the_record_paths_batches(tmp_path: Path) -> None:
+    for k, lo in enumerate((0, 90)):
+        write_jsonl(tmp_path / f"p{k}.jsonl", rich_records(200)[lo : lo + 90])
+    dm = StreamingDataModule(tmp_path, batch_size=16, shuffle_buffer=40, index_cache=False)
+    got = same_both_ways(dm)
+    assert got[0]["labels"].dtype == torch.int64 and got[0]["x"].dtype == torch.float32
+    assert got[0]["ok"].dtype == torch.bool and isinstance(got[0]["name"], list)
+    assert got[0]["empty"].shape[1] == 0  # only empty lists: as the record path pads them
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ['{"id": 0, "v": 1}', '{"id": 1, "v": 2.5}'],  # ints and floats in one field
+        ['{"id": 0, "v": 1.0}', '{"id": 1, "v": 2.0}'],  # whole floats: 1.0, not 1
+        ['{"id": 0, "v": [[1, 2], [3, 4]]}', '{"id": 1, "v": [[5, 6]]}'],  # nested lists
+        ['{"id": 0, "v": {"a": 1}}', '{"id": 1, "v": {"b": 2}}'],  # objects, other keys
+        ['{"id": 0, "v": "2020-01-01"}', '{"id": 1, "v": "x"}'],  # a date-like string
+        ['{"id": 0, "v": 18446744073709551615}', '{"id": 1, "v": 1}'],  # beyond int64
+        ["[1, 2]", "[3, 4]"],  # arrays, not objects  # fmt: skip
+        ['{"id": 0, "v": NaN}', '{"id": 1, "v": 1.5}'],  # json.loads reads NaN
+    ],
+)
+def test_jsonl_that_columns_would_misread_is_read_as_records(tmp_path: Path, lines) -> None:
+    (tmp_path / "a.jsonl").write_text("\n".join(lines * 20) + "\n")
+    dm = StreamingDataModule(tmp_path / "a.jsonl", batch_size=8, shuffle_buffer=10,
+                             index_cache=False)  # fmt: skip
+    try:
+        same_both_ways(dm)
+    except Exception as error:  # then both paths refuse it, with the same message
+        with pytest.raises(type(error), match="") as other:
+            batches(dm, False)
+        assert str(other.value).split(". Every")[0] in str(error)
+
+
+def test_parquet_of_every_kind_gives_the_record_paths_batches(tmp_path: Path) -> None:
+    n = 120
+    table = pa.table(
+        {
+            "id": pa.array(range(n), pa.int32()),
+            "f": pa.array([i / 3 for i in range(n)], pa.float32()),
+            "d": pa.array([float(i) for i in range(n)], pa.float64()),  # whole floats
+            "b": pa.array([i % 2 == 0 for i in range(n)]),
+            "s": pa.array([f"r{i}" for i in range(n)]),
+            "tokens": pa.array([list(range(i % 5)) for i in range(n)], pa.list_(pa.int16())),
+            "fixed": pa.array([[i, i] for i in range(n)], pa.list_(pa.int64(), 2)),
+            "grid": pa.array([[[i, 1], [2, 3]] for i in range(n)], pa.list_(pa.list_(pa.int64()))),
+            "u": pa.array(range(n), pa.uint64()),
+        }
+    )
+    pq.write_table(table.slice(0, 70), tmp_path / "a.parquet", row_group_size=16)
+    pq.write_table(table.slice(70), tmp_path / "b.parquet", row_group_size=25)
+    dm = StreamingDataModule(tmp_path, batch_size=12, shuffle_buffer=30, index_cache=False)
+    got = same_both_ways(dm)
+    assert got[0]["id"].dtype == torch.int64 and got[0]["f"].dtype == torch.float32
+    assert got[0]["grid"].shape[1:] == (2, 2)
+
+
+def test_parquet_shards_of_other_dtypes_widen_as_records_do(tmp_path: Path) -> None:
+    pq.write_table(
+        pa.table({"id": pa.array(range(50), pa.int32()), "v": pa.array(range(50), pa.int8())}),
+        tmp_path / "a.parquet",
+    )
+    pq.write_table(pa.table({"id": pa.array(range(50, 100), pa.int64()),
+                             "v": pa.array([i + 0.5 for i in range(50)])}),
+                   tmp_path / "b.parquet")  # fmt: skip
+    dm = StreamingDataModule(tmp_path, batch_size=10, shuffle_buffer=60, index_cache=False)
+    same_both_ways(dm)
+
+
+def test_parquet_nulls_are_refused_naming_the_field_and_row(tmp_path: Path) -> None:
+    table = pa.table({"id": list(range(40)), "v": [None if i == 13 else i for i in range(40)]})
+    pq.write_table(table, tmp_path / "n.parquet")
+    dm = StreamingDataModule(tmp_path / "n.parquet", batch_size=40, shuffle=False,
+                             index_cache=False, num_workers=0)  # fmt: skip
+    with pytest.raises(ValueError, match=r"n\.parquet, row 13: in its batch, field 'v': sample "
+                       r"13 holds a NoneType but sample 0 holds a int"):  # fmt: skip
+        list(dm.train_dataloader())
+
+
+def test_sources_with_source_key_and_workers(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "web.jsonl", rich_records(100))
+    records = rich_records(160)[100:]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "code.parquet", row_group_size=20)
+    dm = StreamingDataModule(
+        [Source(tmp_path / "web.jsonl", weight=3, name="web"),
+         Source(tmp_path / "code.parquet", weight=1, name="code")],
+        epoch_size=80, source_key="source", batch_size=8, shuffle_buffer=24, index_cache=False,
+    )  # fmt: skip
+    for workers in (0, 2):
+        got = same_both_ways(dm, workers=workers)
+        names = Counter(n for b in got for n in b["source"])
+        assert names == {"web": 60, "code": 20}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_exactly_once_over_ranks_and_workers(tmp_path: Path, fmt: str) -> None:
+    sizes = [37, 1, 0, 22, 5]  # uneven, one empty, one of a single record
+    first = 0
+    for k, n in enumerate(sizes):
+        records = [{"id": first + i, "t": list(range((first + i) % 6))} for i in range(n)]
+        if fmt == "jsonl":
+            write_jsonl(tmp_path / f"s{k}.jsonl", records)
+        else:
+            table = pa.table(
+                {
+                    "id": pa.array([r["id"] for r in records], pa.int64()),
+                    "t": pa.array([r["t"] for r in records], pa.list_(pa.int64())),
+                }
+            )
+            pq.write_table(table, tmp_path / f"s{k}.parquet", row_group_size=8)  # fmt: skip
+        first += n
+    dm = StreamingDataModule(tmp_path, batch_size=4, shuffle_buffer=9, index_cache=False)
+    dm.setup()
+    for world in (1, 2):
+        for workers in (0, 1, 2, 3):
+            per_rank = [batches(dm, True, rank, world, workers) for rank in range(world)]
+            ids = [int(i) for rank in per_rank for b in rank for i in b["id"]]
+            assert sorted(ids) == list(range(first)), (world, workers)
+            assert len({len(rank) for rank in per_rank}) == 1, (world, workers)
+
+
+def streams(tmp_path: Path, fmt: str) -> tuple[list, Any]:
+    """Shards of ids 0..64 (uneven) and a factory of columnar or record streams over them."""
+    sizes, first = [20, 3, 14, 0, 28], 0
+    for k, n in enumerate(sizes):
+        records = [{"id": first + i, "t": [first + i] * ((first + i) % 4)} for i in range(n)]
+        if fmt == "jsonl":
+            write_jsonl(tmp_path / f"s{k}.jsonl", records)
+        else:
+            table = pa.table(
+                {
+                    "id": pa.array([r["id"] for r in records], pa.int64()),
+                    "t": pa.array([r["t"] for r in records], pa.list_(pa.int64())),
+                }
+            )
+            pq.write_table(table, tmp_path / f"s{k}.parquet", row_group_size=6)  # fmt: skip
+        first += n
+    dm = StreamingDataModule(tmp_path, batch_size=4, shuffle_buffer=7, index_cache=False)
+    dm.setup()
+    return list(range(first)), dm
+
+
+def run(dm: StreamingDataModule, columnar: bool, world: int, workers: int, batch_size: int,
+        state: dict | None, stop: int | None) -> tuple[list, dict]:  # fmt: skip
+    """One run over ``world`` ranks: each rank's ids batch by batch, and rank 0's state."""
+    dm.batch_size = batch_size
+    per_rank, states = [], []
+    for rank in range(world):
+        stream = dm.make_stream("train", rank, world)
+        stream.columnar = columnar
+        loader = StreamLoader(stream, num_workers=workers)
+        if state is not None:
+            loader.load_state_dict(json.loads(json.dumps(state)))
+        got = []
+        for batch in loader:
+            got.append(batch["id"].tolist())
+            if stop is not None and len(got) == stop:
+                break
+        per_rank.append(got)
+        states.append(stream.state_dict(batches=(state["batches"] if state else 0) + len(got)))
+    return per_rank, states[0]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_resumes_exact_and_elastic_equal_the_record_path(tmp_path: Path, fmt: str) -> None:
+    warnings.simplefilter("ignore")
+    ids, dm = streams(tmp_path, fmt)
+    rng = random.Random(3)
+    plans = [[(1, 0, 4, 3), (1, 0, 4, None)], [(2, 2, 4, 2), (3, 1, 3, None)],
+             [(2, 1, 4, 1), (1, 2, 5, 2), (2, 0, 3, None)]]  # fmt: skip
+    for _ in range(3):
+        plans.append([(rng.randint(1, 3), rng.randint(0, 2), rng.randint(2, 5), 1),
+                      (rng.randint(1, 3), rng.randint(0, 2), rng.randint(2, 5), None)])  # fmt: skip
+    for plan in plans:
+        seen: dict[bool, list] = {}
+        for columnar in (True, False):
+            state, out = None, []
+            for world, workers, size, stop in plan:
+                per_rank, state = run(dm, columnar, world, workers, size, state, stop)
+                out.append(per_rank)
+            seen[columnar] = out
+        assert seen[True] == seen[False], plan
+        delivered = [i for run_ in seen[True] for rank in run_ for b in rank for i in b]
+        assert sorted(set(delivered)) == ids, plan
+
+
+def test_the_store_keeps_only_rows_that_may_still_be_emitted(tmp_path: Path) -> None:
+    n = 50_000
+    write_jsonl(tmp_path / "a.jsonl", [{"id": i, "t": [i] * 3} for i in range(n)])
+    dm = StreamingDataModule(tmp_path / "a.jsonl", batch_size=64, shuffle_buffer=1000,
+                             index_cache=False, num_workers=0)  # fmt: skip
+    sizes = []
+    original = RowStore.release
+
+    def watching(store: RowStore, positions: Any) -> None:
+        original(store, positions)
+        sizes.append(len(store))
+
+    RowStore.release = watching  # type: ignore[method-assign]
+    try:
+        ids = [i for b in dm.train_dataloader() for i in b["id"].tolist()]
+    finally:
+        RowStore.release = original  # type: ignore[method-assign]
+    assert sorted(ids) == list(range(n))
+    # Rows held: from the oldest record still in the buffer on, which a straggler keeps for a
+    # few buffers' worth of draws; not the shard (rows before it are dropped now and then).
+    assert max(sizes) < 25_000 and sizes[-1] == 0
+
+
+def test_summary_says_which_path(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", rich_records(10))
+    (tmp_path / "b.csv").write_text("id\n1\n2\n")
+    columns = StreamingDataModule(tmp_path / "a.jsonl", index_cache=False)
+    columns.setup()
+    assert "batches: gathered from columns" in columns.summary()
+    for kwargs, why in (
+        ({"transform": dict}, "transform= / train_transforms= / eval_transforms= take records"),
+        ({"collate": list}, "a collate= of its own"),
+    ):
+        dm = StreamingDataModule(tmp_path / "a.jsonl", index_cache=False, **kwargs)
+        dm.setup()
+        assert f"batches: collated from records ({why})" in dm.summary()
+    csv = StreamingDataModule(tmp_path / "b.csv", index_cache=False)
+    csv.setup()
+    assert "collated from records (csv shards are read as records)" in csv.summary()
+
+
+def numeric_records(n: int) -> list[dict[str, Any]]:
+    """Numbers and lists of numbers only: the batches are gathered a group at a time."""
+    return [
+        {"id": i, "x": i / 4 + 0.125, "ok": i % 3 == 0, "tokens": list(range(i % 9)) or [5],
+         "w": [i + 0.5] * (i % 4 + 1), "labels": [i] * (i % 3 + 1), "m": [True] * (i % 2 + 1)}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_groups_of_numeric_batches_equal_the_record_paths(tmp_path: Path, workers: int) -> None:
+    write_jsonl(tmp_path / "a.jsonl", numeric_records(300)[:170])
+    pq.write_table(pa.Table.from_pylist(numeric_records(300)[170:]), tmp_path / "b.parquet",
+                   row_group_size=50)  # fmt: skip
+    dm = StreamingDataModule(tmp_path, batch_size=7, shuffle_buffer=30, index_cache=False)
+    got = same_both_ways(dm, workers=workers, rank=1, world=2)
+    assert sum(len(b["id"]) for b in got) == 150  # rank 1 of 2: half, in batches of 7
+    assert got[0]["labels"].dtype == torch.int64 and got[0]["m"].dtype == torch.bool
+    # padding was exercised: a batch's rows of lists end in the pad value on the right
+    assert any((b["w"][:, -1] == 0).any() and (b["w"][:, 0] != 0).all() for b in got)
+
+
+def test_a_kept_small_tensor_does_not_keep_its_message(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", numeric_records(8000))
+    dm = StreamingDataModule(tmp_path, batch_size=4, num_workers=2, index_cache=False)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    kept = [batch["id"] for batch in loader]  # what a user logging ids would keep
+    assert sorted(torch.cat(kept).tolist()) == list(range(8000))
+    assert all(ids.untyped_storage().nbytes() == ids.numel() * 8 for ids in kept)
+    stats = loader.batch_pool.stats()  # slots were reused: no fresh segment per message
+    assert stats["fallback"] == 0 and stats["pooled"] > stats["slots"]
