@@ -219,18 +219,21 @@ class Field:
         data = [self.python(i) for i in range(rows)]
         self.kind, self.data = VALUES, data
 
-    def compact(self, drop: int, rows: int) -> None:
-        """Forgets the first ``drop`` rows (of ``rows`` filled)."""
+    def compact(self, keep: np.ndarray) -> None:
+        """Keeps only the rows ``keep`` (ascending), renumbered ``0, 1, ...``."""
         if self.kind == NUMBERS:
-            self.data = self.data[drop:].copy()
+            self.data = self.data[keep]
         elif self.kind == LISTS:
-            first = int(self.starts[drop]) if drop < rows else self.fill
-            self.values = self.values[first:].copy()
-            self.fill -= first
-            self.starts = self.starts[drop:] - first
-            self.lengths = self.lengths[drop:].copy()
+            offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(self.lengths[keep], out=offsets[1:])
+            starts = self.starts[keep]
+            index = np.repeat(starts - offsets[:-1], self.lengths[keep]) + np.arange(offsets[-1])
+            self.values = self.values[index]
+            self.fill = int(offsets[-1])
+            self.starts = offsets[:-1].copy()
+            self.lengths = self.lengths[keep]
         else:
-            del self.data[:drop]
+            self.data = [self.data[i] for i in keep.tolist()]
 
 
 def _kind_of(field: tuple) -> str:
@@ -241,14 +244,20 @@ class RowStore:
     """A worker's records, decoded by field, for the rows its shuffle buffer may still emit.
 
     The worker numbers its records ``0, 1, ...`` in reading order and the shuffle buffer holds
-    those numbers; blocks are added in that order. Each field is one array over the rows (or a
-    list), so a batch is one fancy index per field, whichever blocks its records came from.
-    Rows before the oldest one not yet emitted are dropped now and then.
+    those numbers (*positions*); blocks are added in that order. Each field is one array over
+    the rows (or a list), so a batch is one fancy index per field, whichever blocks its
+    records came from. A position finds its row through a small table (4 bytes a position
+    still covered). Once half the rows (and at least 4,096) have been emitted, the live ones
+    are copied together: a shuffle buffer's stragglers, which live for several buffers' worth
+    of draws, then keep only their own rows, not every row read since.
     """
 
     def __init__(self) -> None:
-        self._origin = 0  # relative position of row 0
+        self._origin = 0  # position of _row_of[0]
+        self._span = 0  # positions covered by _row_of
+        self._row_of = np.zeros(0, dtype=np.int32)  # position - origin -> row, or -1
         self._rows = 0  # rows filled
+        self._dead = 0  # rows emitted since the last compaction
         self._capacity = 0
         self._fields: dict[Hashable, Field] = {}
         self._schemas: dict[tuple, int] = {}
@@ -256,9 +265,9 @@ class RowStore:
         self._schema = np.zeros(0, dtype=np.int32)  # per row; -1: a record (not columns)
         self._alive = np.zeros(0, dtype=bool)
         self._shard = np.zeros(0, dtype=np.int64)
-        self._position = np.zeros(0, dtype=np.int64)
+        self._position = np.zeros(0, dtype=np.int64)  # in its shard
+        self._at = np.zeros(0, dtype=np.int64)  # its position here
         self._records: dict[int, Any] = {}
-        self._dead_prefix = 0
 
     def _grow(self, rows: int) -> None:
         if rows <= self._capacity:
@@ -269,20 +278,34 @@ class RowStore:
         self._alive = np.concatenate([self._alive, np.zeros(extra, bool)])
         self._shard = np.concatenate([self._shard, np.zeros(extra, np.int64)])
         self._position = np.concatenate([self._position, np.zeros(extra, np.int64)])
+        self._at = np.concatenate([self._at, np.zeros(extra, np.int64)])
         for field in self._fields.values():
             field.grow(size)
         self._capacity = size
 
+    def _cover(self, start: int, n: int) -> None:
+        """Rows ``rows, rows + 1, ...`` for the positions ``[start, start + n)``."""
+        if not self._span and not self._rows:
+            self._origin = start
+        lo, hi = start - self._origin, start - self._origin + n
+        if hi > len(self._row_of):
+            grown = np.full(max(hi, 2 * len(self._row_of), 4096), -1, dtype=np.int32)
+            grown[: self._span] = self._row_of[: self._span]
+            self._row_of = grown
+        self._row_of[self._span : lo] = -1
+        self._row_of[lo:hi] = np.arange(self._rows, self._rows + n, dtype=np.int32)
+        self._span = hi
+
     def add(self, block: Block, start: int) -> None:
         """Adds a block whose first row is record ``start`` (blocks come in reading order)."""
-        if self._rows == 0 and not self._records:
-            self._origin = start
-        at = start - self._origin
         n = block.n
+        self._cover(start, n)
+        at = self._rows
         self._grow(at + n)
         self._alive[at : at + n] = True
         self._shard[at : at + n] = block.shard
         self._position[at : at + n] = block.positions
+        self._at[at : at + n] = np.arange(start, start + n)
         if block.fields is None:
             self._schema[at : at + n] = -1
             for i, record in enumerate(block.records or ()):
@@ -304,49 +327,48 @@ class RowStore:
         self._rows = at + n
 
     def _index(self, positions: Sequence[int]) -> np.ndarray:
-        return np.asarray(positions, dtype=np.int64) - self._origin
+        """The rows of ``positions``."""
+        return self._row_of[np.asarray(positions, dtype=np.int64) - self._origin].astype(np.int64)
 
     def where(self, position: int) -> tuple[int, int]:
         """``(shard, position in the shard)`` of a record."""
-        row = position - self._origin
+        row = int(self._row_of[position - self._origin])
         return int(self._shard[row]), int(self._position[row])
 
     def record(self, position: int) -> Any:
         """The record at a relative position, as the record path gives it."""
         if position in self._records:
             return self._records[position]
-        row = position - self._origin
+        row = int(self._row_of[position - self._origin])
         keys = self._keys[int(self._schema[row])]
         return {key: self._fields[key].python(row) for key in keys}
 
     def release(self, positions: Sequence[int]) -> None:
-        """Records emitted (or read but not wanted); drops the rows before the oldest live
-        one once they are many."""
+        """Records emitted (or read but not wanted): their rows go at the next compaction."""
         rows = self._index(positions)
         self._alive[rows] = False
+        self._dead += len(rows)
         if self._records:
-            for position in positions:
+            for position in np.asarray(positions).tolist():
                 self._records.pop(position, None)
-        drop = self._dead_prefix
-        while drop < self._rows:  # the first live row, a chunk at a time
-            chunk = self._alive[drop : drop + 1024]
-            if chunk.any():
-                drop += int(chunk.argmax())
-                break
-            drop += len(chunk)
-        self._dead_prefix = min(drop, self._rows)
-        if self._dead_prefix >= 4096 and self._dead_prefix * 2 >= self._rows:
-            self._compact(self._dead_prefix)
+        if self._dead >= 4096 and 2 * self._dead >= self._rows:
+            self._compact()
 
-    def _compact(self, drop: int) -> None:
+    def _compact(self) -> None:
+        """Copies the live rows together, in order, and renumbers them."""
+        keep = np.flatnonzero(self._alive[: self._rows])
         for field in self._fields.values():
-            field.compact(drop, self._rows)
-        for name in ("_schema", "_alive", "_shard", "_position"):
-            setattr(self, name, getattr(self, name)[drop:].copy())
-        self._origin += drop
-        self._rows -= drop
-        self._capacity -= drop
-        self._dead_prefix -= drop
+            field.compact(keep)
+        for name in ("_schema", "_alive", "_shard", "_position", "_at"):
+            setattr(self, name, getattr(self, name)[keep])
+        at = self._at
+        end = self._origin + self._span
+        origin = int(at[0]) if len(keep) else end
+        self._row_of = np.full(end - origin, -1, dtype=np.int32)
+        self._row_of[at - origin] = np.arange(len(keep), dtype=np.int32)
+        self._origin, self._span = origin, end - origin
+        self._rows = self._capacity = len(keep)
+        self._dead = 0
 
     def __len__(self) -> int:
         return self._rows
