@@ -20,14 +20,16 @@ and, under ``on_error="skip"``, leaves it out: the block then holds records, and
 touches it is collated from records.
 
 :func:`parse_line` is also what the record path (``transform=``, ``collate=``) reads JSONL
-with: orjson first, and where orjson refuses a line (``NaN``, integers beyond 64 bits, lone
-surrogates) the standard library, so that every line reads as ``json.loads`` reads it.
+with: orjson first, and the standard library where orjson refuses a line (``NaN``, lone
+surrogates) or might read it otherwise (a number of 19 digits or more, which orjson may read as
+a float outside 64 bits), so that every line reads as ``json.loads`` reads it.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any
@@ -43,6 +45,9 @@ except ImportError:  # pragma: no cover - the standard library reads every line 
 BLOCK_LINES = 2048
 BOM = b"\xef\xbb\xbf"
 _decode = json.JSONDecoder().decode
+#: 19 digits or more: an integer orjson may read as a float outside 64 bits (Python's json
+#: keeps it an int), so such a line goes to the standard library.
+_LONG_NUMBER = re.compile(rb"\d{19}")
 #: The schema of the last block of each shard (of the last few hundred) that parsed into
 #: columns: a worker reads a shard in pieces, and the next piece tries it first.
 _SCHEMAS: dict[str, Any] = {}
@@ -64,7 +69,7 @@ def parse_line(raw: bytes) -> Any:
     Raises:
         ValueError: ``json.JSONDecodeError`` or ``UnicodeDecodeError``, as ``json.loads``.
     """
-    if orjson is not None:
+    if orjson is not None and not _LONG_NUMBER.search(raw):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -341,3 +341,19 @@ def test_a_kept_small_tensor_does_not_keep_its_message(tmp_path: Path) -> None:
     assert all(ids.untyped_storage().nbytes() == ids.numel() * 8 for ids in kept)
     stats = loader.batch_pool.stats()  # slots were reused: no fresh segment per message
     assert stats["fallback"] == 0 and stats["pooled"] > stats["slots"]
+
+
+@pytest.mark.parametrize("orjson", ["installed", "missing"])
+def test_lines_read_one_by_one_are_what_json_loads_reads(monkeypatch, orjson: str) -> None:
+    from datamodules.streaming import jsonl_blocks
+
+    if orjson == "missing":  # the standard library then reads every line
+        monkeypatch.setattr(jsonl_blocks, "orjson", None)
+    lines = [b'{"a": 1, "b": [1.5, 2]}', b'{"n": NaN}', b'{"big": 18446744073709551616}',
+             b'{"low": -9223372036854775809}', b'{"s": "\\ud800"}', '{"u": "é"}'.encode(),
+             b'{"inf": 1e400, "z": -0.0, "a": 1, "a": 2}']  # fmt: skip
+    for line in lines:
+        got, expected = jsonl_blocks.parse_line(line), json.loads(line)
+        assert json.dumps(got) == json.dumps(expected) and type(got) is type(expected)
+    with pytest.raises(ValueError):
+        jsonl_blocks.parse_line(b'{"a": 1,}')
