@@ -357,3 +357,17 @@ def test_lines_read_one_by_one_are_what_json_loads_reads(monkeypatch, orjson: st
         assert json.dumps(got) == json.dumps(expected) and type(got) is type(expected)
     with pytest.raises(ValueError):
         jsonl_blocks.parse_line(b'{"a": 1,}')
+
+
+def test_auto_workers_count_parsing_as_cpu_work_and_remote_shards_as_io(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", numeric_records(10))
+    local = StreamingDataModule(tmp_path / "a.jsonl", index_cache=False)
+    mixed = StreamingDataModule(
+        train_files=[Source(tmp_path / "a.jsonl", weight=1),
+                     Source(["http://127.0.0.1:9/b.jsonl"], weight=1)],
+        index_cache=False,
+    )  # fmt: skip
+    assert local.work == "decode" and mixed.work == "io"
+    reason = local.loader_settings("train").reasons["num_workers"]
+    assert "CPU" in reason and "I/O" not in reason
+    assert "I/O-bound" in mixed.loader_settings("train").reasons["num_workers"]
