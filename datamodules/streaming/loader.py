@@ -16,11 +16,12 @@ from datamodules.streaming.messages import MESSAGE_BATCHES, MESSAGE_INLINE_BELOW
 from datamodules.streaming.stream import ShardedStream
 
 #: Messages each worker of a stream whose batches are gathered from columns keeps in flight
-#: with ``prefetch_factor="auto"``. A message is up to 32 small batches (about 1 MB); with
-#: more of them in flight a worker that is ahead keeps working while the loader waits for the
-#: other: measured with 2 workers on the records of ``benchmarks/bench_streaming.py``,
-#: Parquet 440k records/s at 2, 463k at 4, 505k at 6 (JSONL 273k, 289k, 297k).
-GATHERED_PREFETCH = 6
+#: with ``prefetch_factor="auto"``. A message is up to 128 small batches (about 4 MiB); with
+#: more than two in flight a worker that is ahead keeps working while the loader waits for
+#: the other: measured with 2 workers on the Parquet records of
+#: ``benchmarks/bench_streaming.py``, 557k records/s at 2, 599k at 3, 573k at 6 (and, with
+#: messages of 32 batches, 440k at 2, 463k at 4, 505k at 6).
+GATHERED_PREFETCH = 3
 
 
 def gathered_prefetch(settings: LoaderSettings, stream: ShardedStream, dm: Any) -> LoaderSettings:

@@ -9,7 +9,11 @@ parsed records, is bound by messages, not by reading. A worker of a
 :data:`MESSAGE_BYTES` of tensors, so image batches still travel one by one in their reused
 shared-memory slots), and the main process deals them out again with :func:`interleave`.
 Measured with 64 x 40 int64 batches that cost nothing to make: 4,600 batches a second one a
-message, 19,000 at 32 a message.
+message, 19,000 at 32 a message. A message still costs the DataLoader about 0.4 ms on each
+side, so even gathered batches pay for larger ones: 2 workers on the Parquet records of
+``benchmarks/bench_streaming.py`` gave 430k records/s at 32 batches (1 MiB) a message, 475k
+at 64 (2 MiB), 556-605k at 128 (4 MiB) and 633k at 256 (8 MiB), which would double the
+shared memory again; 128 it is.
 
 The tensors of a message's batches travel *packed* (:func:`pack`): laid end to end in one
 flat byte tensor, allocated in one of the worker's reused shared-memory slots
@@ -39,9 +43,9 @@ import numpy as np
 import torch
 
 #: Batches a worker groups in one message, at most.
-MESSAGE_BATCHES = 32
+MESSAGE_BATCHES = 128
 #: Tensor bytes beyond which a message is sent without waiting for more batches.
-MESSAGE_BYTES = 1 << 20
+MESSAGE_BYTES = 1 << 22
 #: Tensors of a message below this many bytes are pickled by value; the others are copied
 #: together into one reused shared-memory slot. A message holds many batches, so the slot
 #: pays sooner than for one batch (core's ``INLINE_BELOW``): measured with 2 workers on
@@ -163,7 +167,9 @@ def unpack(batches: Any) -> list[Any]:
 
 
 class Views:
-    """The tensors of one packed message: views of its flat bytes, one typed view per dtype.
+    """The tensors of one packed message: views of its flat bytes (through NumPy where the
+    dtype has one: ``as_strided`` on a shared-memory tensor cost about 18 us a call against
+    3 us for ``torch.from_numpy`` of a NumPy view, which was half the main process's time).
 
     (A class, not a recursive closure over ``flat``: that would be a reference cycle, which
     keeps the message's slot from its worker until the garbage collector runs.)
@@ -189,11 +195,12 @@ class Views:
         dtype, shape = place.dtype, place.shape
         size = _itemsize(dtype)
         nbytes = math.prod(shape) * size
-        if nbytes < COPIED_BELOW and self.bytes is not None and dtype in _NUMPY:
+        if self.bytes is not None and dtype in _NUMPY:  # NumPy views: the cheapest to make
+            part = self.bytes[place.offset : place.offset + nbytes].view(_NUMPY[dtype])
+            part = part.reshape(shape)
             # A small tensor is copied out, so that keeping it (a batch's ids, say) does not
             # keep the whole message's slot from its worker.
-            part = self.bytes[place.offset : place.offset + nbytes].view(_NUMPY[dtype])
-            return torch.from_numpy(part.reshape(shape).copy())
+            return torch.from_numpy(part.copy() if nbytes < COPIED_BELOW else part)
         typed = self.typed.get(dtype)
         if typed is None:
             typed = self.typed[dtype] = self.flat.view(dtype)
@@ -240,11 +247,13 @@ class PackedGroup:
 
 def flat_bytes(nbytes: int) -> torch.Tensor:
     """A flat byte tensor for a packed message (a reused slot in a pooled worker). Its
-    storage is rounded up to a power of two: a slot is reused only by a message that fits
-    in it, so messages of about one size share their slots."""
+    storage is rounded up to an eighth of the next power of two (at least 64 KiB): a slot is
+    reused only by a message that fits in it, so messages of about one size share their
+    slots, and at most an eighth of one is left over."""
     from datamodules.core.shared_batches import empty_batch
 
-    return empty_batch((1 << max(nbytes - 1, 1).bit_length(),), torch.uint8)[:nbytes]
+    step = max(1 << 16, (1 << max(nbytes - 1, 1).bit_length()) // 8)
+    return empty_batch((-(-nbytes // step) * step,), torch.uint8)[:nbytes]
 
 
 def messages(batches: Iterable[Any], worker: int) -> Iterator[tuple[str, int, bool, Any]]:

@@ -332,12 +332,12 @@ def test_groups_of_numeric_batches_equal_the_record_paths(tmp_path: Path, worker
 
 
 def test_a_kept_small_tensor_does_not_keep_its_message(tmp_path: Path) -> None:
-    write_jsonl(tmp_path / "a.jsonl", numeric_records(8000))
-    dm = StreamingDataModule(tmp_path, batch_size=4, num_workers=2, index_cache=False)
+    write_jsonl(tmp_path / "a.jsonl", numeric_records(16000))
+    dm = StreamingDataModule(tmp_path, batch_size=2, num_workers=2, index_cache=False)
     dm.setup("fit")
     loader = dm.train_dataloader()
     kept = [batch["id"] for batch in loader]  # what a user logging ids would keep
-    assert sorted(torch.cat(kept).tolist()) == list(range(8000))
+    assert sorted(torch.cat(kept).tolist()) == list(range(16000))
     assert all(ids.untyped_storage().nbytes() == ids.numel() * 8 for ids in kept)
     stats = loader.batch_pool.stats()  # slots were reused: no fresh segment per message
     assert stats["fallback"] == 0 and stats["pooled"] > stats["slots"]

@@ -46,7 +46,8 @@ def test_pack_then_unpack_gives_the_batches_back() -> None:
     back = unpack(packed)
     assert_equal(back, batches)
     tokens, ids = back[0]["tokens"], back[0]["id"]
-    assert tokens.untyped_storage().data_ptr() == packed[0].untyped_storage().data_ptr()
+    start = packed[0].data_ptr()  # a view of the message's flat bytes, not a copy
+    assert start <= tokens.data_ptr() < start + packed[0].numel()
     assert ids.numel() * 8 < COPIED_BELOW and ids.untyped_storage().nbytes() == 32  # a copy
 
 

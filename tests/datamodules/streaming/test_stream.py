@@ -19,6 +19,7 @@ import datamodules.streaming.stream as stream_module
 from datamodules.streaming.errors import RecordError
 from datamodules.streaming.index import ShardIndex, index_shards
 from datamodules.streaming.loader import StreamLoader
+from datamodules.streaming.messages import MESSAGE_BYTES
 from datamodules.streaming.stream import ShardedStream
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -437,6 +438,9 @@ def test_lightning_checkpoint_resume_is_exact(shard_sets, tmp_path):
     assert first + resumed == reference
 
 
+BIG = MESSAGE_BYTES // 8 + 1  # int64 elements: a batch too large to share a message
+
+
 def mixed_batch(samples: list[dict]):
     import torch
 
@@ -444,7 +448,7 @@ def mixed_batch(samples: list[dict]):
     return {
         "ids": ids,
         "pair": (ids * 2, [ids[:1].to(torch.float32)]),
-        "big": torch.ones(300_000, dtype=torch.int64) * ids[0],  # 2.4 MB: shared memory
+        "big": torch.ones(BIG, dtype=torch.int64) * ids[0],  # past MESSAGE_BYTES: one a message
         "bf16": ids.to(torch.bfloat16),
         "names": [str(s["id"]) for s in samples],
     }
@@ -459,11 +463,11 @@ def test_stream_loader_batches_keep_their_types(shard_sets):
     stats = stream_loader.batch_pool.stats()
     assert stats["pooled"] + stats["fallback"] == len(batches) and stats["pooled"] >= 2
     for b in batches:
-        assert torch.equal(b["big"], torch.full((300_000,), int(b["ids"][0])))
+        assert torch.equal(b["big"], torch.full((BIG,), int(b["ids"][0])))
         assert isinstance(b["ids"], torch.Tensor) and b["ids"].dtype == torch.int64
         doubled, (first,) = b["pair"]
         assert torch.equal(doubled, b["ids"] * 2) and first.dtype == torch.float32
-        assert isinstance(b["pair"], tuple) and b["big"].shape == (300_000,)
+        assert isinstance(b["pair"], tuple) and b["big"].shape == (BIG,)
         assert b["bf16"].dtype == torch.bfloat16 and b["names"] == [
             str(i) for i in b["ids"].tolist()
         ]
