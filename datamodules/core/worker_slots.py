@@ -170,7 +170,7 @@ class WorkerSlots:
     def _collect(self, value: Any, private: list[torch.Tensor]) -> None:
         """Appends the tensors of ``value`` that need copying into a slot."""
         if type(value) is torch.Tensor:
-            if self._exportable(value) and self._slot_of(value) is None:
+            if self.exportable(value) and self._slot_of(value) is None:
                 nbytes = value.numel() * value.element_size()
                 if nbytes >= self.pool.inline_below and not value.is_shared():
                     private.append(value)
@@ -195,7 +195,8 @@ class WorkerSlots:
         return value
 
     @staticmethod
-    def _exportable(tensor: torch.Tensor) -> bool:
+    def exportable(tensor: torch.Tensor) -> bool:
+        """A CPU, strided tensor without autograd or lazy conjugation: one a slot can hold."""
         if tensor.device.type != "cpu" or tensor.requires_grad or tensor.layout != torch.strided:
             return False
         return not (tensor.is_quantized or tensor.is_conj() or tensor.is_neg())
@@ -211,7 +212,7 @@ class WorkerSlots:
         return None
 
     def _export_tensor(self, tensor: torch.Tensor) -> Any:
-        if not self._exportable(tensor):
+        if not self.exportable(tensor):
             return tensor
         index = self._slot_of(tensor)
         if index is not None:

@@ -39,8 +39,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
+
+from datamodules.core.tensor_memory import NUMPY_DTYPES
+from datamodules.core.worker_slots import WorkerSlots
 
 #: Batches a worker groups in one message, at most.
 MESSAGE_BATCHES = 128
@@ -98,13 +100,11 @@ class _Unpackable(Exception):
 
 
 def _packable(tensor: torch.Tensor) -> bool:
+    """A plain, private, contiguous CPU tensor (what a worker's export would copy too)."""
     return (
         type(tensor) is torch.Tensor
-        and tensor.device.type == "cpu"
-        and tensor.layout == torch.strided
-        and not tensor.requires_grad
+        and WorkerSlots.exportable(tensor)
         and not tensor.is_shared()
-        and not (tensor.is_quantized or tensor.is_conj() or tensor.is_neg())
         and tensor.is_contiguous()
     )
 
@@ -216,11 +216,8 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-_NUMPY: dict[torch.dtype, Any] = {
-    torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
-    torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16,
-    torch.float32: np.float32, torch.float64: np.float64,
-}  # fmt: skip
+#: The NumPy dtype of each torch dtype that has one.
+_NUMPY: dict[torch.dtype, Any] = {d: torch.empty(0, dtype=d).numpy().dtype for d in NUMPY_DTYPES}
 _ITEMSIZE: dict[torch.dtype, int] = {}
 
 

@@ -79,6 +79,26 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
     return path
 
 
+def write_id_shards(tmp_path: Path, fmt: str, sizes: list[int], t: Any, row_group: int) -> int:
+    """Shards ``s0, s1, ...`` of ``sizes`` records ``{"id": i, "t": t(i)}``, ids counting on
+    across shards, as JSONL or Parquet; returns the number of records."""
+    first = 0
+    for k, n in enumerate(sizes):
+        records = [{"id": first + i, "t": t(first + i)} for i in range(n)]
+        if fmt == "jsonl":
+            write_jsonl(tmp_path / f"s{k}.jsonl", records)
+        else:
+            table = pa.table(
+                {
+                    "id": pa.array([r["id"] for r in records], pa.int64()),
+                    "t": pa.array([r["t"] for r in records], pa.list_(pa.int64())),
+                }
+            )
+            pq.write_table(table, tmp_path / f"s{k}.parquet", row_group_size=row_group)
+        first += n
+    return first
+
+
 def test_jsonl_of_every_plain_kind_gives_the_record_paths_batches(tmp_path: Path) -> None:
     for k, lo in enumerate((0, 90)):
         write_jsonl(tmp_path / f"p{k}.jsonl", rich_records(200)[lo : lo + 90])
@@ -177,20 +197,7 @@ def test_sources_with_source_key_and_workers(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_exactly_once_over_ranks_and_workers(tmp_path: Path, fmt: str) -> None:
     sizes = [37, 1, 0, 22, 5]  # uneven, one empty, one of a single record
-    first = 0
-    for k, n in enumerate(sizes):
-        records = [{"id": first + i, "t": list(range((first + i) % 6))} for i in range(n)]
-        if fmt == "jsonl":
-            write_jsonl(tmp_path / f"s{k}.jsonl", records)
-        else:
-            table = pa.table(
-                {
-                    "id": pa.array([r["id"] for r in records], pa.int64()),
-                    "t": pa.array([r["t"] for r in records], pa.list_(pa.int64())),
-                }
-            )
-            pq.write_table(table, tmp_path / f"s{k}.parquet", row_group_size=8)  # fmt: skip
-        first += n
+    first = write_id_shards(tmp_path, fmt, sizes, lambda i: list(range(i % 6)), 8)
     dm = StreamingDataModule(tmp_path, batch_size=4, shuffle_buffer=9, index_cache=False)
     dm.setup()
     for world in (1, 2):
@@ -203,20 +210,8 @@ def test_exactly_once_over_ranks_and_workers(tmp_path: Path, fmt: str) -> None:
 
 def streams(tmp_path: Path, fmt: str) -> tuple[list, Any]:
     """Shards of ids 0..64 (uneven) and a factory of columnar or record streams over them."""
-    sizes, first = [20, 3, 14, 0, 28], 0
-    for k, n in enumerate(sizes):
-        records = [{"id": first + i, "t": [first + i] * ((first + i) % 4)} for i in range(n)]
-        if fmt == "jsonl":
-            write_jsonl(tmp_path / f"s{k}.jsonl", records)
-        else:
-            table = pa.table(
-                {
-                    "id": pa.array([r["id"] for r in records], pa.int64()),
-                    "t": pa.array([r["t"] for r in records], pa.list_(pa.int64())),
-                }
-            )
-            pq.write_table(table, tmp_path / f"s{k}.parquet", row_group_size=6)  # fmt: skip
-        first += n
+    sizes = [20, 3, 14, 0, 28]
+    first = write_id_shards(tmp_path, fmt, sizes, lambda i: [i] * (i % 4), 6)
     dm = StreamingDataModule(tmp_path, batch_size=4, shuffle_buffer=7, index_cache=False)
     dm.setup()
     return list(range(first)), dm
