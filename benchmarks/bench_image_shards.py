@@ -58,7 +58,7 @@ from make_image_folder import write_image_folder  # noqa: E402
 
 from datamodules import ImageFolderDataModule, StreamingDataModule  # noqa: E402
 from datamodules.images.index import scan_image_folder  # noqa: E402
-from datamodules.streaming.folder_shards import main as shards_main  # noqa: E402
+from datamodules.shards.folder_shards import main as shards_main  # noqa: E402
 
 logging.getLogger("datamodules").setLevel(logging.WARNING)  # figures only, no summaries
 warnings.filterwarnings("ignore")  # torchvision.io's deprecation, webdataset's notes

@@ -13,7 +13,7 @@ read from disk) and for map-style splits (``IndexBatchSampler``):
 At 10M stream records it also checks exactness over every new rank without building the
 records: the ranks' ranges are disjoint and contiguous, their union counts exactly the
 records not delivered, and the positions equal the exact remainder
-(``datamodules.streaming.elastic.remainder``).
+(``datamodules.streaming.engine.elastic.remainder``).
 
 Bars (issue "elastic resume at internet scale"): streams at 1B records, 4,096 x 8 -> 3,072 x 8,
 resume at most 5 s and 256 MB above a fresh start on every rank measured, state under 1 KB;
@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import datamodules.streaming.stream as stream_module  # noqa: E402
+import datamodules.streaming.engine.stream as stream_module  # noqa: E402
 from datamodules.core.samplers import IndexBatchSampler  # noqa: E402
-from datamodules.streaming.elastic import remainder  # noqa: E402
-from datamodules.streaming.layout import Plan, worker_done  # noqa: E402
-from datamodules.streaming.remainder import remaining_sequence  # noqa: E402
-from datamodules.streaming.stream import ShardedStream  # noqa: E402
+from datamodules.streaming.engine.elastic import remainder  # noqa: E402
+from datamodules.streaming.engine.layout import Plan, worker_done  # noqa: E402
+from datamodules.streaming.engine.remainder import remaining_sequence  # noqa: E402
+from datamodules.streaming.engine.stream import ShardedStream  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)
@@ -91,13 +91,13 @@ def stream(counts: list[int], rank: int, world: int, workers: int) -> ShardedStr
         shards, batch_size=BATCH, rank=rank, world_size=world, shuffle=True,
         shuffle_buffer=BUFFER, seed=SEED, reader=VirtualReader(counts),
     )  # fmt: skip
-    s._loader_workers = workers  # as StreamLoader sets it
+    s.attach_loader(workers)  # as StreamLoader does
     return s
 
 
 def first_batches(s: ShardedStream, workers: int) -> int:
     """The first batch of each of the rank's workers, as the workers would make them."""
-    s._begin_epoch(workers)
+    s.begin_epoch(workers)
     got = 0
     for w in range(workers):
         stream_module.get_worker_info = lambda w=w: types.SimpleNamespace(id=w, num_workers=workers)

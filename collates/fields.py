@@ -20,6 +20,25 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+__all__ = [
+    "EXACT_FLOAT_INT",
+    "HAS_SIDE",
+    "NUMERIC_KINDS",
+    "Number",
+    "PLAIN",
+    "SCALARS",
+    "SCATTER_MAX_ROW",
+    "Side",
+    "as_sequences",
+    "check_keys",
+    "column_kind",
+    "describe_value",
+    "pad_sequences",
+    "record_keys",
+    "to_tensor",
+    "value_kind",
+]
+
 Number = int | float | bool
 Side = Literal["left", "right"]
 

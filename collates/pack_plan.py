@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["POOL_DOCUMENTS", "PackPlan", "best_fit_plan", "split_plan"]
+
 #: Documents per best-fit pool: large enough to fill rows to about 99.9 %, small enough
 #: that each epoch's rows mix other documents.
 POOL_DOCUMENTS = 16384

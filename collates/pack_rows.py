@@ -33,6 +33,16 @@ import torch
 
 from collates.pack_plan import PackPlan
 
+__all__ = [
+    "IGNORE_INDEX",
+    "LINE_FACTOR",
+    "LINE_SLACK",
+    "PLANES",
+    "RowTable",
+    "gather_rows",
+    "row_slots",
+]
+
 IGNORE_INDEX = -100
 
 #: The batch tensors of :func:`gather_rows`, in the order they are built.

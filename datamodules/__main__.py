@@ -1,9 +1,11 @@
 """``python -m datamodules COMMAND ...``: ``inspect`` (tools/inspect_cli.py) and ``shards``
-(streaming/folder_shards.py)."""
+(shards/cli.py). ``shards`` imports neither Lightning nor torch before its arguments parse."""
 
 from __future__ import annotations
 
 import sys
+
+__all__ = ["USAGE", "main"]
 
 USAGE = """usage: python -m datamodules inspect --data CLASS [--data.ARG VALUE ...] [--tune]
                                      [--split {train,val,test}] [--out PATH]
@@ -25,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "shards":
-        from datamodules.streaming.folder_shards import main as shards_main
+        from datamodules.shards.cli import shards_main
 
         return shards_main(rest)
     if command != "inspect":

@@ -25,6 +25,16 @@ from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.views import SplitView, TensorBatchView
 
+__all__ = [
+    "FILE_SUFFIXES",
+    "LABEL_KEYS",
+    "TensorDataModule",
+    "TensorLike",
+    "Tensors",
+    "check_tensors",
+    "load_tensor_file",
+]
+
 TensorLike = torch.Tensor | np.ndarray
 Tensors = tuple[torch.Tensor, ...] | dict[str, torch.Tensor]
 LABEL_KEYS = ("y", "label", "labels", "target", "targets")

@@ -9,10 +9,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tensor", "images", "text", "streaming")
-#: Shared layers: what two data kinds need, below both, named for what they hold (they import
-#: core and collates only): remote reads (streams and text), image decoding and transforms
-#: (image folders and image streams).
-SHARED = ("remote", "imaging")
+#: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
+#: (streams and text), image decoding and transforms (image folders and image streams), and the
+#: shard layer (every file format, the shard index, the writer: streams and text read files
+#: only through it). Each maps to the layers it may import, besides core and collates: the
+#: shard layer sits on remote reads and imaging, which sit on core alone.
+LAYERS = {"remote": (), "imaging": (), "shards": ("remote", "imaging")}
+SHARED = tuple(LAYERS)
+#: Modules of the shard layer that parse a file format: nothing outside it may parse one.
+PARSERS = ("csv", "json", "orjson", "tarfile", "pyarrow.parquet", "pyarrow.json")
 MAX_LINES = 500
 MODULES = sorted(p for pkg in ("datamodules", "collates") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -52,8 +57,8 @@ def allowed(source: str, target: str) -> bool:
         return target == "core"
     if source == "tools":
         return target in ("core", "collates")
-    if source in SHARED:  # below the kinds: never a kind, a tool or another layer
-        return target in ("core", "collates")
+    if source in SHARED:  # below the kinds: never a kind, a tool or a layer above it
+        return target in ("core", "collates", *LAYERS[source])
     # a data kind: core, tools, collates and the shared layers, never another data kind
     return target in ("core", "tools", "collates", *SHARED)
 
@@ -95,9 +100,65 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert allowed("text", "remote") and allowed("streaming", "remote")
     assert allowed("images", "imaging") and allowed("streaming", "imaging")
     assert not allowed("remote", "streaming") and not allowed("remote", "tools")
+    assert allowed("text", "shards") and allowed("streaming", "shards")
+    assert allowed("shards", "remote") and allowed("shards", "imaging")
+    assert not allowed("shards", "streaming") and not allowed("shards", "text")
+    assert not allowed("remote", "shards") and not allowed("imaging", "shards")
+    assert not allowed("shards", "tools") and not allowed("core", "shards")
     assert not allowed("imaging", "images") and not allowed("imaging", "remote")
     assert not allowed("core", "remote") and not allowed("collates", "remote")
     assert not allowed("core", "imaging") and not allowed("collates", "imaging")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_declares_all(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    declared = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(target, ast.Name) and target.id == "__all__"
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+    ]
+    assert declared, f"{module_name(path)} declares no __all__"
+
+
+def parsers_imported(path: Path) -> set[str]:
+    """The file-format parsers (:data:`PARSERS`) a module imports, at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        found.update(name for name in names if name in PARSERS)
+    return found
+
+
+#: Outside the shard layer, the modules that use JSON for the project's own small files and
+#: fingerprints (the token store's metadata, a tokenizer's fingerprint, a split's listing), never
+#: for reading records.
+OWN_JSON = {
+    "datamodules.text.store",
+    "datamodules.text.vocab",
+    "datamodules.streaming.splits",
+    "datamodules.streaming.engine.position",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if area(module_name(p)) in ("text", "streaming")],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_data_kinds_read_files_only_through_the_shard_layer(path: Path) -> None:
+    parsers = parsers_imported(path)
+    if module_name(path) in OWN_JSON:
+        parsers -= {"json"}
+    assert not parsers, f"{module_name(path)} parses files itself with {sorted(parsers)}"

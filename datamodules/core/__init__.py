@@ -19,3 +19,5 @@ it. Its modules:
 * :mod:`~datamodules.core.shared_batches` and :mod:`~datamodules.core.tensor_memory`: batch
   buffers that workers reuse instead of a fresh shared-memory segment per batch.
 """
+
+__all__: list[str] = []

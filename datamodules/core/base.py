@@ -59,6 +59,8 @@ from datamodules.core.splits import (
 from datamodules.core.summary import summary_lines
 from datamodules.core.views import SampleBatchView, SplitView
 
+__all__ = ["BaseDataModule", "FEW_WORKERS_WARNING", "STAGE_TO_SPLIT"]
+
 STAGE_TO_SPLIT = {"train": "train", "val": "val", "test": "test"}
 FEW_WORKERS_WARNING = r"The '(train|val|test|predict)_dataloader' does not have many workers"
 

@@ -22,6 +22,8 @@ import torch
 from datamodules.core.elastic import Segment, split_into_pieces
 from datamodules.core.samplers import IndexBatchSampler, check_positive_int
 
+__all__ = ["BATCH_BY", "BucketBatchSampler", "pack_by_tokens"]
+
 BATCH_BY: tuple[str, ...] = ("samples", "tokens")
 #: Slack over the probed batch count of a token budget (see BucketBatchSampler): 1% + 2 batches.
 _TOKEN_SLACK = (0.01, 2)

@@ -14,6 +14,8 @@ from typing import Any
 from datamodules.core.hardware import validate_flag, validate_num_workers, validate_prefetch_factor
 from datamodules.core.splits import validate_split_pair
 
+__all__ = ["WeakCall", "check_bool", "check_common_arguments", "check_int"]
+
 
 class WeakCall:
     """Calls a bound method through a weak reference; returns None once its object is gone."""

@@ -16,6 +16,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from datamodules.core.samplers import current_rank_and_world
 
+__all__ = ["consumed_train_batches", "local_hardware", "log", "trainer_rank_and_world"]
+
 #: The library's logger; DataModules log their summary here once, on rank 0, at INFO.
 log = logging.getLogger("datamodules")
 # As Lightning does for its own logger: only when the application has configured no logging

@@ -27,6 +27,19 @@ from typing import Any
 import numpy as np
 import torch
 
+__all__ = [
+    "Cut",
+    "Remainder",
+    "Segment",
+    "deal",
+    "dealt_pieces",
+    "even_batch_sizes",
+    "fast_rank_layout",
+    "first_remainder",
+    "remaining_positions",
+    "split_into_pieces",
+]
+
 
 @dataclass(frozen=True)
 class Segment:

@@ -39,6 +39,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+__all__ = [
+    "AUTO",
+    "FETCHED",
+    "Flag",
+    "GATHERED",
+    "LoaderSettings",
+    "MAX_IO_WORKERS",
+    "Measurement",
+    "NumWorkers",
+    "TUNE",
+    "TuneResult",
+    "WORK_KINDS",
+    "WorkKind",
+    "available_cpus",
+    "resolve_loader_settings",
+    "validate_flag",
+    "validate_num_workers",
+    "validate_prefetch_factor",
+]
+
 WorkKind = Literal["memory", "decode", "io"]
 WORK_KINDS: tuple[str, ...] = ("memory", "decode", "io")
 AUTO = "auto"

@@ -7,17 +7,23 @@ default description of a DataModule, :meth:`~datamodules.BaseDataModule.describe
 (``"describe"``), and the default picture of a batch,
 :meth:`~datamodules.BaseDataModule.plot_batch` (``"plot_batch"``).
 
-:mod:`datamodules.tools` registers them here when it is imported, and ``import datamodules``
-imports it before anything else can run (importing any submodule imports the package first),
-so they are always there.
+:mod:`datamodules.tools` registers them here when it is imported. The package root loads its
+names lazily, so nothing guarantees that the tools were imported before a DataModule asks for
+one: :func:`tool` then imports the tools package by its name (:data:`TOOLS_PACKAGE`), once.
+That is a plug-in lookup, not an import of ``core`` upwards: ``core`` still names no tool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
+__all__ = ["TOOLS_PACKAGE", "TOOL_NAMES", "register_tool", "tool"]
+
 TOOL_NAMES = ("tune", "describe", "plot_batch")
+#: The package that registers the tools when imported.
+TOOLS_PACKAGE = "datamodules.tools"
 _TOOLS: dict[str, Callable[..., Any]] = {}
 
 
@@ -32,12 +38,13 @@ def tool(name: str) -> Callable[..., Any]:
     """The registered implementation of the tool ``name``.
 
     Raises:
-        LookupError: Nothing registered it (``datamodules.tools`` was not imported).
+        LookupError: Nothing registered it, even after importing :data:`TOOLS_PACKAGE`.
     """
+    if name not in _TOOLS:
+        import_module(TOOLS_PACKAGE)  # registers the tools
     try:
         return _TOOLS[name]
     except KeyError:
         raise LookupError(
-            f"no {name!r} tool is registered: import datamodules.tools (import datamodules "
-            "does) before using it."
+            f"no {name!r} tool is registered: importing {TOOLS_PACKAGE} registered none."
         ) from None

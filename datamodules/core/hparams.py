@@ -32,6 +32,16 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "NotPlain",
+    "PLAIN_TYPES",
+    "describe",
+    "given_arguments",
+    "make_hparams_plain",
+    "set_hparam",
+    "to_plain",
+]
+
 PLAIN_TYPES = (str, bool, int, float, type(None))
 
 

@@ -18,6 +18,14 @@ from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = [
+    "CheckedKeywords",
+    "SHARED_ARGUMENTS",
+    "accepted_keywords",
+    "check_keywords",
+    "shared_arguments",
+]
+
 #: The arguments of ``BaseDataModule.__init__``, in its order.
 SHARED_ARGUMENTS = (
     "batch_size",

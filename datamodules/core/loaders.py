@@ -33,6 +33,8 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
 
+__all__ = ["GroupedBatches", "ResumableDataLoader", "passthrough"]
+
 
 class GroupedBatches:
     """A batch sampler's batches, ``k`` at a time: what a worker fetches as one message."""

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
+__all__ = ["HeldFilters", "Pattern", "quiet", "release_held_filters"]
+
 Pattern = tuple[str, type[Warning]]
 
 

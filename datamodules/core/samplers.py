@@ -33,6 +33,13 @@ from datamodules.core.elastic import (
     remaining_positions,
 )
 
+__all__ = [
+    "IndexBatchSampler",
+    "OverfitBatchSampler",
+    "check_positive_int",
+    "current_rank_and_world",
+]
+
 
 def current_rank_and_world() -> tuple[int, int]:
     """Returns (global rank, world size) of the initialised process group, else (0, 1)."""
@@ -356,6 +363,12 @@ class IndexBatchSampler(DistributedSampler):
             "drop_last": self.drop_last,
         }
 
+    def drop_pending_resume(self) -> None:
+        """Forgets a restored position not yet used: the next epoch starts from its first
+        batch (a sampler whose batches do not depend on the position, as under
+        ``overfit_batches``)."""
+        self._resume_epoch = None
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores a position saved by :meth:`state_dict`; the next epoch-matching iteration
         starts at the first batch not yet consumed.
@@ -451,7 +464,7 @@ class OverfitBatchSampler(DistributedSampler, SequentialSampler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Checks the state against the wrapped sampler; the batches do not depend on it."""
         self.sampler.load_state_dict(state)
-        self.sampler._resume_epoch = None
+        self.sampler.drop_pending_resume()
 
     def __getattr__(self, name: str) -> Any:
         if name == "sampler":  # not set yet (unpickling)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+__all__ = ["SHOWN", "Skipped"]
+
 #: Pairs shown by ``repr``.
 SHOWN = 5
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["SplitState"]
+
 
 class SplitState:
     """``state_dict`` / ``load_state_dict`` of :class:`~datamodules.BaseDataModule` (a mixin)."""

@@ -17,6 +17,21 @@ import numpy as np
 import torch
 from torch.utils.data import random_split
 
+__all__ = [
+    "SPLIT_NAMES",
+    "SplitSize",
+    "check_class_labels",
+    "compute_split_indices",
+    "explicit_split_indices",
+    "is_count",
+    "random_split_indices",
+    "split_fingerprint",
+    "split_sizes",
+    "stratified_split_indices",
+    "validate_split_pair",
+    "validate_split_size",
+]
+
 SplitSize = int | float
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+__all__ = ["counted", "summary_lines", "unsaved_lines"]
+
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``"1 batch"``, ``"2 batches"``: a count with its noun in the right number."""

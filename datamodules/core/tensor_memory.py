@@ -19,6 +19,19 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "InlineTensor",
+    "LocalBuffers",
+    "NUMPY_DTYPES",
+    "contiguous_strides",
+    "dense_strides",
+    "local_buffers",
+    "nbytes_of",
+    "rebuild_inline",
+    "tensor_on",
+    "use_count",
+]
+
 
 def use_count(storage: torch.UntypedStorage) -> int:
     return torch._C._storage_Use_Count(storage._cdata)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["remeasure_train_loader", "set_train_length"]
+
 
 def remeasure_train_loader(trainer: Any) -> None:
     """Makes ``trainer`` build (and measure) the train loader again at the next epoch."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+__all__ = ["Collate", "SampleBatchView", "SplitView", "TensorBatchView", "Transform", "gather"]
+
 Transform = Callable[[Any], Any]
 Collate = Callable[[list[Any]], Any]
 

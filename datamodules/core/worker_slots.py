@@ -25,6 +25,8 @@ from datamodules.core.tensor_memory import (
     use_count,
 )
 
+__all__ = ["MAIN_POOLS", "PooledTensor", "WorkerSlots", "rebuild_pooled", "rebuilt_mapping"]
+
 FREE, FILLING, SENT = 0, 1, 2
 # Columns of SharedBatchPool.counts, one row per worker.
 POOLED, FALLBACK, MAPPED = 0, 1, 2

@@ -7,3 +7,5 @@
 Decoding and the default transforms are in :mod:`datamodules.imaging` (shared with the image
 records of streams).
 """
+
+__all__: list[str] = []

@@ -18,6 +18,8 @@ from datamodules.images.index import ImageFolderIndex
 from datamodules.imaging.batches import ImageBatchWriter, SkipLog
 from datamodules.imaging.decoding import ImageDecodeError, decode_image
 
+__all__ = ["ImageBatchView"]
+
 
 class ImageBatchView(SplitView):
     """A split of an image index, decoded and transformed a batch at a time.

@@ -45,6 +45,8 @@ from datamodules.imaging.transforms import (
     to_float,
 )
 
+__all__ = ["BalancedBatchSampler", "ImageFolderDataModule", "ON_ERROR"]
+
 ON_ERROR = ("raise", "skip")
 
 

@@ -13,3 +13,5 @@ batch them the same way:
 
 It imports only :mod:`datamodules.core` and :mod:`collates`.
 """
+
+__all__: list[str] = []

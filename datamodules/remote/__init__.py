@@ -10,3 +10,5 @@
 * :mod:`~datamodules.remote.credentials`: credentials in ``storage_options`` stay out of
   checkpoints.
 """
+
+__all__: list[str] = []

@@ -5,7 +5,7 @@ With ``cache_dir``, a remote shard is downloaded there once and read from local 
 * **Atomic and validated.** A shard downloads to a temporary file, is checked against the
   size the index recorded, and is renamed into place with a small JSON beside it that holds
   the version it was downloaded at (size and ETag / Last-Modified, from
-  :class:`~datamodules.streaming.shard_index.ShardIndex`). A copy of another version is
+  :class:`~datamodules.shards.shard_index.ShardIndex`). A copy of another version is
   downloaded again.
 * **Shared.** Later epochs, later runs and other processes of the machine use the same copy;
   the ranks of one node download a shard once, under an exclusive file lock.
@@ -37,6 +37,8 @@ from typing import Any
 
 from datamodules.remote.files import BUFFER, ResumableRemoteFile, is_remote
 from datamodules.remote.retrying import RemoteError, RemoteOptions
+
+__all__ = ["Prefetcher", "ShardCache", "parse_size"]
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})

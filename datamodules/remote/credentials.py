@@ -16,6 +16,15 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = [
+    "NOT_SAVED",
+    "checkpoint_storage_options",
+    "is_credential",
+    "restored_storage_options",
+    "save_without_credentials",
+    "without_credentials",
+]
+
 #: The key, in a checkpoint's ``storage_options``, listing the credentials left out.
 NOT_SAVED = "__not_saved__"
 

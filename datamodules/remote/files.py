@@ -20,6 +20,19 @@ from typing import IO, Any
 
 from datamodules.remote.retrying import CutShort, RemoteOptions, call_with_retries
 
+__all__ = [
+    "BUFFER",
+    "RangeFile",
+    "ResumableRemoteFile",
+    "decompress",
+    "default_options",
+    "is_remote",
+    "local_path",
+    "open_binary",
+    "open_seekable_remote",
+    "remote_fs",
+]
+
 BUFFER = 1 << 20
 
 

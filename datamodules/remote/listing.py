@@ -17,6 +17,8 @@ from typing import Any
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
 from datamodules.remote.retrying import RemoteOptions, call_with_retries
 
+__all__ = ["VALIDATORS", "cache_root", "expand_files", "file_version", "has_magic"]
+
 #: Keys of ``fs.info()`` that change when a remote file does (the first ones found are kept).
 VALIDATORS = (
     "ETag",

@@ -25,7 +25,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import torch
+__all__ = [
+    "CutShort",
+    "RemoteError",
+    "RemoteOptions",
+    "RetryStats",
+    "S3_TRANSIENT_CODES",
+    "T",
+    "call_with_retries",
+    "check_remote_options",
+    "describe",
+]
 
 T = TypeVar("T")
 
@@ -111,6 +121,8 @@ class RetryStats:
     """Retries counted in shared memory (``retried``, ``gave_up``), for every worker process."""
 
     def __init__(self) -> None:
+        import torch  # here, not at import: the shard CLI reads remote files without torch
+
         self.counts = torch.zeros(2, dtype=torch.int64).share_memory_()
 
     def retried(self) -> None:

@@ -11,8 +11,18 @@ from datamodules.core.hardware import TUNE
 from datamodules.remote.cache import parse_size
 from datamodules.remote.files import is_remote
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
-from datamodules.streaming.formats import FORMATS
-from datamodules.streaming.mixing import Source, check_sources
+from datamodules.shards.formats import FORMATS
+from datamodules.streaming.engine.mixing import Source, check_sources
+
+__all__ = [
+    "check_callable",
+    "check_files",
+    "check_mixing",
+    "check_stream_arguments",
+    "check_stream_split_arguments",
+    "remote_options",
+    "stream_work",
+]
 
 
 def check_files(value: Any, name: str) -> list[str] | list[Source] | None:

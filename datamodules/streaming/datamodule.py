@@ -5,17 +5,17 @@ memory, local or remote (``http(s)://``, ``s3://`` with s3fs, anything fsspec op
 ``*_files`` is a path or URL, a glob, a directory, or a list of them; the format comes from
 the extension: ``.jsonl`` / ``.ndjson`` (optionally ``.gz`` / ``.zst``), ``.txt`` (a record
 per line), ``.csv`` (a dict per row), ``.parquet`` (read a row group at a time) and ``.tar``
-(WebDataset's records; see :mod:`datamodules.streaming.tar`). With ``image_key=`` records
+(WebDataset's records; see :mod:`datamodules.shards.tar`). With ``image_key=`` records
 are images, batched as :class:`~datamodules.ImageFolderDataModule` batches files
 (:mod:`datamodules.streaming.image_records`).
 
-What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.ShardedStream`):
+What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
 
 * **Exactly once.** In one epoch every record of a split is delivered once across all DDP
   ranks and DataLoader workers, however many shards there are and however uneven, and every
   rank yields the same number of batches (DDP never hangs). Validation and test follow the
   same rule. The record counts this needs are indexed once, in ``setup``, and cached on disk
-  (keyed by path, size and modification time; see :mod:`datamodules.streaming.index`).
+  (keyed by path, size and modification time; see :mod:`datamodules.shards.index`).
 * **Shuffle.** The train split shuffles its shard order and its records (a bounded buffer of
   ``shuffle_buffer`` records per worker) from ``shuffle_seed`` and the epoch. The same seed,
   worker count and world size give the same batches. Eval splits are never shuffled nor
@@ -31,11 +31,11 @@ What the loaders guarantee (the engine is :class:`~datamodules.streaming.stream.
   Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)`` from a mid-epoch
   checkpoint yields exactly the records of that epoch not yet seen, also on another world
   size, worker count or batch size (re-split with equal batches per rank, see
-  :mod:`~datamodules.streaming.elastic`); later epochs are a fresh run's on the new layout.
+  :mod:`~datamodules.streaming.engine.elastic`); later epochs are a fresh run's on the new layout.
   Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
 * **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
   (and, in an epoch resumed on another layout, the positions of this rank's share and of
-  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.remainder`).
+  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.engine.remainder`).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
@@ -72,6 +72,9 @@ from datamodules.core.keywords import shared_arguments
 from datamodules.core.quiet import HeldFilters
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.shards.errors import SkipCounter
+from datamodules.shards.index import ShardIndex
+from datamodules.shards.records import read_records
 from datamodules.streaming.arguments import (
     check_files,
     check_mixing,
@@ -80,18 +83,15 @@ from datamodules.streaming.arguments import (
     remote_options,
     stream_work,
 )
-from datamodules.streaming.batching import Chain, factory_loader, stream_collate
-from datamodules.streaming.columnar import reads_columns
-from datamodules.streaming.errors import SkipCounter
-from datamodules.streaming.formats import read_records
+from datamodules.streaming.engine.batching import Chain, factory_loader, stream_collate
+from datamodules.streaming.engine.columnar import reads_columns
+from datamodules.streaming.engine.loader import StreamLoader, gathered_prefetch
+from datamodules.streaming.engine.mixing import Source
+from datamodules.streaming.engine.readers import ShardReader, SliceReader
+from datamodules.streaming.engine.stream import ShardedStream
 from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
-from datamodules.streaming.index import ShardIndex
 from datamodules.streaming.inspection import StreamInspection
-from datamodules.streaming.loader import StreamLoader, gathered_prefetch
-from datamodules.streaming.mixing import Source
-from datamodules.streaming.readers import ShardReader, SliceReader
 from datamodules.streaming.splits import SplitSource, StreamSplits
-from datamodules.streaming.stream import ShardedStream
 from datamodules.streaming.stream_state import StreamState
 from datamodules.streaming.trainer_links import (
     ConsumedBatches,
@@ -124,7 +124,7 @@ class StreamingDataModule(
         train_files: Shards of the train split: a path or URL, a glob (``"data/*.jsonl"``,
             ``"s3://bucket/train-*.parquet"``), a directory, or a list of them; or a list of
             :class:`~datamodules.Source` mixed by ``weight`` or ``repeat`` with exact quotas
-            per epoch (:mod:`datamodules.streaming.mixing`).
+            per epoch (:mod:`datamodules.streaming.engine.mixing`).
         val_files: Shards of the validation split (None: no validation); Sources here are
             each read once (with ``source_key``, for per-source metrics).
         test_files: Shards of the test split (None: no test split).

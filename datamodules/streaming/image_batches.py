@@ -11,7 +11,7 @@ transform straight into a uint8 channels-last batch in a reused shared-memory sl
 of ``"image"`` and the records' other fields, collated as streams collate them.
 
 A record without the image, with bytes that do not decode, or with a label that is missing or
-unknown raises :class:`~datamodules.streaming.errors.RecordError` naming the shard and the
+unknown raises :class:`~datamodules.shards.errors.RecordError` naming the shard and the
 record's key; under ``on_error="skip"`` it is left out of its batch (which is one image
 smaller: every rank still gets the same number of batches) and logged for the main process
 (:class:`~datamodules.imaging.batches.SkipLog`). A batch whose records are all bad repeats the
@@ -32,7 +32,7 @@ import torch
 from collates.records import collate_records
 from datamodules.imaging.batches import ImageBatchWriter, SkipLog
 from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
-from datamodules.streaming.errors import RecordError
+from datamodules.shards.errors import RecordError
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
 

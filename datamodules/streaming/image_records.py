@@ -32,10 +32,10 @@ from datamodules.imaging.transforms import (
     default_train_transforms,
     to_float,
 )
-from datamodules.streaming.errors import SkipCounter
+from datamodules.shards.errors import SkipCounter
+from datamodules.shards.parquet import read_parquet
+from datamodules.shards.tar import read_tar
 from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
-from datamodules.streaming.parquet import read_parquet
-from datamodules.streaming.tar import read_tar
 
 __all__ = ["StreamImages", "check_image_records"]
 

@@ -14,8 +14,10 @@ from typing import Any
 
 from datamodules.core.summary import counted, unsaved_lines
 from datamodules.remote.files import is_remote
-from datamodules.streaming.columnar import columnar_reason
+from datamodules.streaming.engine.columnar import columnar_reason
 from datamodules.streaming.splits import SPLITS
+
+__all__ = ["StreamInspection"]
 
 
 class StreamInspection:
@@ -143,7 +145,7 @@ class StreamInspection:
             epoch, layouts, repeats = resumed
             lines.append(
                 f"  resume: train epoch {epoch} continues on {stream.world_size} rank(s) x "
-                f"{stream._loader_workers} worker(s) after {layouts} earlier layout(s); "
+                f"{stream.loader_workers} worker(s) after {layouts} earlier layout(s); "
                 f"{repeats} record(s) repeated to keep ranks even"
             )
         lines.extend(self.extra_summary())

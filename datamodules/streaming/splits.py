@@ -3,8 +3,8 @@
 :class:`StreamSplits` is mixed into :class:`~datamodules.StreamingDataModule`. ``setup`` lists
 each split's shards (globs, directories, URLs; ``storage_options`` reach fsspec) and indexes
 them once (record counts and seek offsets, cached on disk). A split given as a list of
-:class:`~datamodules.streaming.mixing.Source` keeps, beside its flat shard list, each source's
-shards and its quota of records per epoch (:attr:`StreamSplits.mixes`).
+:class:`~datamodules.streaming.engine.mixing.Source` keeps, beside its flat shard list, each
+source's shards and its quota of records per epoch (:attr:`StreamSplits.mixes`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from datamodules.streaming.errors import SkipCounter
-from datamodules.streaming.formats import expand_files
-from datamodules.streaming.index import ShardIndex, index_shards
-from datamodules.streaming.mixing import Source, StreamSource, quotas
+from datamodules.shards.errors import SkipCounter
+from datamodules.shards.formats import expand_files
+from datamodules.shards.index import ShardIndex, index_shards
+from datamodules.streaming.engine.mixing import Source, StreamSource, quotas
+
+__all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
 
 SPLITS = ("train", "val", "test")
 STAGE_SPLITS = {
@@ -35,7 +37,7 @@ class SplitSource:
     """One source of a mixed split, once indexed.
 
     Attributes:
-        source: The :class:`~datamodules.streaming.mixing.Source` as given.
+        source: The :class:`~datamodules.streaming.engine.mixing.Source` as given.
         shards: Positions of its shards in the split's shard list.
         records: Its records.
         quota: Its records per epoch.

@@ -3,12 +3,14 @@ sizes and the train stream's position (plain data), and how it restores them.
 
 :class:`StreamState` is mixed into :class:`~datamodules.StreamingDataModule`; the position is
 the same dict the train loader's ``state_dict`` gives, which Lightning also saves with the
-loops, and it restores elastically (:mod:`datamodules.streaming.elastic`).
+loops, and it restores elastically (:mod:`datamodules.streaming.engine.elastic`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+__all__ = ["StreamState"]
 
 
 class StreamState:

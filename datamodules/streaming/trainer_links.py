@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
-from datamodules.streaming.stream import ShardedStream
+from datamodules.streaming.engine.stream import ShardedStream
 
 if TYPE_CHECKING:
     from datamodules.streaming.datamodule import StreamingDataModule
@@ -82,11 +82,11 @@ class TrainerLength:
 
     def __init__(self, dm: StreamingDataModule, stream: ShardedStream, ended: int) -> None:
         self._dm, self._stream = weakref.ref(dm), stream
-        stream._len_override = ended
+        stream.override_length(ended)
 
     def __call__(self) -> None:
         stream, dm = self._stream, self._dm()
-        stream._len_override = None
+        stream.override_length(None)
         trainer = None if dm is None else dm._trainer()
         if trainer is not None:
             set_train_length(trainer, len(stream))

@@ -15,3 +15,5 @@
 * :mod:`~datamodules.text.inspection`: what ``python -m datamodules inspect`` shows for texts.
 * :mod:`~datamodules.text.pack_picture`: the inspect picture of a packed batch.
 """
+
+__all__: list[str] = []

@@ -16,6 +16,14 @@ from datamodules.core.buckets import BATCH_BY
 from datamodules.core.checks import check_bool
 from datamodules.text.vocab import LEVELS
 
+__all__ = [
+    "SIDES",
+    "check_choice",
+    "check_optional_int",
+    "check_packing_arguments",
+    "check_text_arguments",
+]
+
 SIDES = ("left", "right")
 
 

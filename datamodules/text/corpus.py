@@ -45,6 +45,8 @@ from datamodules.text.store_build import (
 from datamodules.text.token_files import FLAT_DTYPES, read_token_files
 from datamodules.text.vocab import tokenizer_fingerprint, tokenizer_vocab_size
 
+__all__ = ["SPLIT_FILES", "TextCorpus", "default_token_cache", "is_dataset"]
+
 SPLIT_FILES = {"train": "train_file", "val": "val_file", "test": "test_file"}
 
 

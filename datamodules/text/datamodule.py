@@ -59,6 +59,8 @@ from datamodules.text.vocab import (
     truncate,
 )
 
+__all__ = ["TextDataModule", "Tokenizer"]
+
 Tokenizer = str | Callable[[str], Sequence[int]] | Any
 
 

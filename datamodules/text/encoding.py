@@ -17,6 +17,8 @@ import torch
 
 from datamodules.core.views import SplitView
 
+__all__ = ["EncodedTexts", "TextBatchView", "gather_padded"]
+
 
 class EncodedTexts:
     """Tokenized texts: one flat token buffer, offsets, lengths and optional int64 labels.

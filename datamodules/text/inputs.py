@@ -45,6 +45,22 @@ from datamodules.remote.files import (
 from datamodules.remote.listing import expand_files, has_magic
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 
+__all__ = [
+    "CHUNK_CHARS",
+    "CHUNK_TEXTS",
+    "COMPRESSIONS",
+    "Chunk",
+    "DEFAULT_LABEL_KEY",
+    "FORMATS",
+    "accepted_names",
+    "arrow_chunk",
+    "check_file_argument",
+    "file_format",
+    "find_files",
+    "read_documents",
+    "table_labels",
+]
+
 FORMATS = {".jsonl": "jsonl", ".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 #: Texts per chunk, and characters per chunk (whichever comes first).

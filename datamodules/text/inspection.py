@@ -17,6 +17,8 @@ from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.summary import counted
 from datamodules.text.vocab import describe_tokenizer
 
+__all__ = ["TextInspection"]
+
 
 class TextInspection:
     """The inspect hooks of :class:`~datamodules.TextDataModule` (a mixin)."""

@@ -13,6 +13,8 @@ import torch
 
 from datamodules.text.readers import check_labels
 
+__all__ = ["TextLabels"]
+
 
 class TextLabels:
     """Label ids of a TextDataModule's sources (a mixin)."""

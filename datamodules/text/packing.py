@@ -43,6 +43,8 @@ from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
 from datamodules.text.encoding import EncodedTexts
 
+__all__ = ["PackPlanner", "PackedRowSampler", "PackedTextView", "check_packable", "packing_lines"]
+
 
 class PackPlanner:
     """The pack plan of one split for any epoch, from its documents' lengths.

@@ -20,6 +20,16 @@ from datamodules.remote.files import is_remote, local_path
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.text.inputs import DEFAULT_LABEL_KEY, read_documents, table_labels
 
+__all__ = [
+    "Label",
+    "PathLike",
+    "TextRecords",
+    "check_labels",
+    "labels_of",
+    "read_text_files",
+    "records_from_memory",
+]
+
 Label = int | str
 PathLike = str | os.PathLike
 

@@ -35,6 +35,18 @@ import numpy as np
 
 from datamodules.text.encoding import EncodedTexts
 
+__all__ = [
+    "ARRAYS",
+    "FORMAT",
+    "StoreWriter",
+    "StoredDocuments",
+    "VERSION",
+    "check_store",
+    "map_tokens",
+    "store_key",
+    "token_dtype",
+]
+
 FORMAT = "datamodules-token-store"
 VERSION = 1
 ARRAYS = ("offsets", "lengths", "files", "lines")

@@ -36,6 +36,20 @@ from datamodules.core.context import log
 from datamodules.text.store import StoredDocuments, StoreWriter, check_store
 from datamodules.text.vocab import encode_with, truncate
 
+__all__ = [
+    "ChunkWhere",
+    "Encoded",
+    "FIRST_WAIT_S",
+    "Progress",
+    "build_lock",
+    "encode",
+    "log_built",
+    "open_or_build",
+    "resolve_workers",
+    "tokenize_chunks",
+    "write_documents",
+]
+
 #: How long a rank other than local rank 0 lets local rank 0 take the build lock first.
 FIRST_WAIT_S = 30.0
 

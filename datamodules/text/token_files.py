@@ -31,6 +31,18 @@ import numpy as np
 from datamodules.text.encoding import EncodedTexts
 from datamodules.text.store import map_tokens
 
+__all__ = [
+    "FLAT_DTYPES",
+    "MEGATRON_DTYPES",
+    "MEGATRON_MAGIC",
+    "SCAN",
+    "TokenFile",
+    "megatron_paths",
+    "read_flat",
+    "read_megatron",
+    "read_token_files",
+]
+
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPES = {
     1: np.uint8,

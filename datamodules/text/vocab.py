@@ -18,6 +18,18 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "LEVELS",
+    "Vocabulary",
+    "Where",
+    "describe_tokenizer",
+    "encode_with",
+    "tokenizer_fingerprint",
+    "tokenizer_pad_id",
+    "tokenizer_vocab_size",
+    "truncate",
+]
+
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
 LEVELS: tuple[str, ...] = ("char", "word")

@@ -18,6 +18,8 @@ from datamodules.core.hooks import register_tool
 from datamodules.tools.descriptions import describe_datamodule
 from datamodules.tools.tuner import tune_datamodule
 
+__all__: list[str] = []
+
 
 def _plot_tensor_batch(batch: Any, path: Any) -> Any:
     # Pillow is imported only when a picture is drawn.

@@ -21,6 +21,20 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "LABEL_NAMES",
+    "MAX_CLASSES_LISTED",
+    "batch_tokens",
+    "class_counts",
+    "describe_batch",
+    "describe_datamodule",
+    "is_class_labels",
+    "length_stats",
+    "padding_comparison",
+    "padding_efficiency",
+    "random_batches",
+]
+
 MAX_CLASSES_LISTED = 20
 LABEL_NAMES = ("y", "label", "labels", "target", "targets")
 

@@ -31,6 +31,8 @@ import yaml
 from datamodules.core.base import BaseDataModule
 from datamodules.tools.descriptions import describe_batch
 
+__all__ = ["PROG", "build_parser", "expand_config", "main", "progress_step", "split_argument"]
+
 PROG = "python -m datamodules inspect"
 
 

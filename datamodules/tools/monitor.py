@@ -60,6 +60,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from datamodules.core.hardware import available_cpus
 from datamodules.tools.tuner import batch_length
 
+__all__ = ["DataWaitMonitor", "DataWaitStats", "DataWaitWarning", "suggest"]
+
 
 class DataWaitWarning(UserWarning):
     """Warned (at most once per run) when the training loop waits too long for data."""

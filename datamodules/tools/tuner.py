@@ -38,6 +38,20 @@ import torch
 from datamodules.core.hardware import Measurement, TuneResult, available_cpus
 from datamodules.core.loaders import ResumableDataLoader
 
+__all__ = [
+    "DEFAULT_PREFETCH",
+    "DEFAULT_TOLERANCE",
+    "STAGE_SPLITS",
+    "batch_length",
+    "candidate_workers",
+    "candidates",
+    "choose",
+    "index_loader",
+    "measure_candidate",
+    "time_batches",
+    "tune_datamodule",
+]
+
 STAGE_SPLITS = {"fit": "train", "validate": "val", "test": "test", "predict": "test"}
 DEFAULT_PREFETCH = (2, 4)
 DEFAULT_TOLERANCE = 0.05

@@ -11,7 +11,7 @@ import pytest
 
 from datamodules import StreamingDataModule
 from datamodules.core.skipped import Skipped
-from datamodules.streaming.errors import RecordError, ShardError
+from datamodules.shards.errors import RecordError, ShardError
 
 BAD = {
     "json": ("bad.jsonl", '{"id": 0}\n{"id": 1}\n{oops\n{"id": 2}\n', "line 3: invalid JSON", 3),

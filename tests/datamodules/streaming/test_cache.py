@@ -18,10 +18,10 @@ import pytest
 
 from datamodules.remote.cache import ShardCache, parse_size
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.streaming.index import index_shards
-from datamodules.streaming.loader import StreamLoader
-from datamodules.streaming.readers import ShardReader
-from datamodules.streaming.stream import ShardedStream
+from datamodules.shards.index import index_shards
+from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.streaming.engine.readers import ShardReader
+from datamodules.streaming.engine.stream import ShardedStream
 
 N = 400  # records per shard
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from datamodules import Source, StreamingDataModule
-from datamodules.streaming.columns import RowStore
-from datamodules.streaming.loader import StreamLoader
+from datamodules.streaming.engine.columns import RowStore
+from datamodules.streaming.engine.loader import StreamLoader
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -340,7 +340,7 @@ def test_a_kept_small_tensor_does_not_keep_its_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("orjson", ["installed", "missing"])
 def test_lines_read_one_by_one_are_what_json_loads_reads(monkeypatch, orjson: str) -> None:
-    from datamodules.streaming import jsonl_blocks
+    from datamodules.shards import jsonl as jsonl_blocks
 
     if orjson == "missing":  # the standard library then reads every line
         monkeypatch.setattr(jsonl_blocks, "orjson", None)

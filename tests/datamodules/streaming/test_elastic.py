@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from datamodules.streaming.elastic import remainder, runs
-from datamodules.streaming.stream import ShardedStream
+from datamodules.streaming.engine.elastic import remainder, runs
+from datamodules.streaming.engine.stream import ShardedStream
 from tests.datamodules.streaming.test_stream import IdReader, simulate
 
 LAYOUTS = {
@@ -39,7 +39,7 @@ def shards_of(counts: list[int]) -> tuple[list[tuple[str, int]], IdReader]:
 def epoch_batches(stream: ShardedStream, workers: int, monkeypatch) -> list[list[int]]:
     """One iteration of a rank's stream as a StreamLoader with ``workers`` workers yields it."""
     if workers == 0:
-        stream._begin_epoch(1)
+        stream.begin_epoch(1)
         return [list(b) for b in stream]
     return simulate(stream, workers, monkeypatch)
 
@@ -56,7 +56,7 @@ class Run:
             stream = ShardedStream(
                 shards, batch_size=batch_size, rank=rank, world_size=world, **options
             )
-            stream._loader_workers = max(workers, 1)  # as StreamLoader sets it
+            stream.attach_loader(workers)  # as StreamLoader does
             if state is not None:
                 stream.load_state_dict(json.loads(json.dumps(state)))  # as a checkpoint
             self.streams.append(stream)
@@ -238,8 +238,8 @@ def test_datamodule_counts_repeats_in_its_summary(tmp_path):
 def test_real_persistent_workers_resume_then_run_fresh_epochs(tmp_path):
     """Through a real StreamLoader: 2 x 2 workers checkpointed, resumed on 1 rank x 3
     persistent worker processes; the epoch after is the fresh one (told via shared memory)."""
-    from datamodules.streaming.index import index_shards
-    from datamodules.streaming.loader import StreamLoader
+    from datamodules.shards.index import index_shards
+    from datamodules.streaming.engine.loader import StreamLoader
     from tests.datamodules.streaming.test_stream import batch_ids, write_jsonl
 
     shards = index_shards(

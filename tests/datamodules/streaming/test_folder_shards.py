@@ -18,8 +18,8 @@ from PIL import Image
 from datamodules import ImageFolderDataModule, StreamingDataModule
 from datamodules.__main__ import main
 from datamodules.imaging.decoding import decode_image_bytes
-from datamodules.streaming import folder_shards
-from datamodules.streaming.formats import read_records
+from datamodules.shards import folder_shards
+from datamodules.shards.records import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""Tests for datamodules.streaming.formats: formats, ranges, counting cache, bad records, HTTP."""
+"""Tests for datamodules.shards.formats: formats, ranges, counting cache, bad records, HTTP."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamodules.streaming import index as shard_index
-from datamodules.streaming.errors import RecordError, ShardError, SkipCounter
-from datamodules.streaming.formats import detect_format, expand_files, read_records
-from datamodules.streaming.index import count_records, index_shard, index_shards
+from datamodules.shards import index as shard_index
+from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.shards.formats import detect_format, expand_files
+from datamodules.shards.index import count_records, index_shard, index_shards
+from datamodules.shards.records import read_records
 
 N = 2500  # more than one seek slot (1024 records)
 RANGES = [(0, N), (0, 1), (7, 9), (1023, 1026), (2047, 2049), (2048, 2500), (2499, 2500), (5, 5)]
@@ -324,8 +325,8 @@ def test_byte_order_mark_and_blank_lines(tmp_path):
 def test_http_stream_through_workers(http_root, tmp_path):
     from collections import Counter
 
-    from datamodules.streaming.loader import StreamLoader
-    from datamodules.streaming.stream import ShardedStream
+    from datamodules.streaming.engine.loader import StreamLoader
+    from datamodules.streaming.engine.stream import ShardedStream
 
     urls = [f"{http_root}/a.jsonl", f"{http_root}/d.parquet"]
     shards = index_shards(urls, cache_dir=False)

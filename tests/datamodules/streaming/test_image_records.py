@@ -21,8 +21,8 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from datamodules import ImageFolderDataModule, Source, StreamingDataModule
+from datamodules.shards.errors import RecordError
 from datamodules.streaming import write_shards
-from datamodules.streaming.errors import RecordError
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 CLASSES = ["ant", "bee", "cat"]

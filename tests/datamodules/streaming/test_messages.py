@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.streaming.messages import (
+from datamodules.streaming.engine.messages import (
     COPIED_BELOW,
     MESSAGE,
     interleave,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.streaming.mixing import Source, check_sources, epoch_pieces, quotas
+from datamodules.streaming.engine.mixing import Source, check_sources, epoch_pieces, quotas
 
 
 def record_ids(pieces, counts) -> list[tuple[int, int]]:

@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.streaming.elastic import remainder
-from datamodules.streaming.layout import Plan
-from datamodules.streaming.remainder import Materialized, Remainder, remaining_sequence
+from datamodules.streaming.engine.elastic import remainder
+from datamodules.streaming.engine.layout import Plan
+from datamodules.streaming.engine.remainder import Materialized, Remainder, remaining_sequence
 
 SUITE_SIZES = (41, 35, 44)  # the records of test_elastic.py's LAYOUTS
 SEED, BUFFER = 11, 5

@@ -25,12 +25,12 @@ import s3fs
 from moto import server as moto_server
 
 from datamodules.remote.retrying import RemoteError, RemoteOptions, describe
-from datamodules.streaming.errors import ShardError
-from datamodules.streaming.formats import read_records
-from datamodules.streaming.index import index_shard, index_shards
-from datamodules.streaming.loader import StreamLoader
-from datamodules.streaming.readers import ShardReader
-from datamodules.streaming.stream import ShardedStream
+from datamodules.shards.errors import ShardError
+from datamodules.shards.index import index_shard, index_shards
+from datamodules.shards.records import read_records
+from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.streaming.engine.readers import ShardReader
+from datamodules.streaming.engine.stream import ShardedStream
 
 N = 3000  # records per shard: a body of ~100 KB, so a cut lands mid-shard
 STALL = 1.5  # seconds the stalling answer waits (the reads' timeout is 0.5 s)
@@ -210,7 +210,7 @@ def s3():
 
 def test_s3_jsonl_and_parquet_exactly_once_with_two_workers(s3) -> None:
     options = fast_options(storage_options=s3)
-    from datamodules.streaming.formats import expand_files
+    from datamodules.shards.formats import expand_files
 
     urls = expand_files("s3://shards/part-*", options)
     assert urls == [

@@ -1,5 +1,5 @@
-"""Tests for datamodules.streaming.stream: exactly once over ranks x workers, equal batch counts,
-shuffling, resume and bad records, through real DataLoader worker processes."""
+"""Tests for datamodules.streaming.engine.stream: exactly once over ranks x workers, equal batch
+counts, shuffling, resume and bad records, through real DataLoader worker processes."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import datamodules.streaming.stream as stream_module
-from datamodules.streaming.errors import RecordError
-from datamodules.streaming.index import ShardIndex, index_shards
-from datamodules.streaming.loader import StreamLoader
-from datamodules.streaming.messages import MESSAGE_BYTES
-from datamodules.streaming.stream import ShardedStream
+import datamodules.streaming.engine.stream as stream_module
+from datamodules.shards.errors import RecordError
+from datamodules.shards.index import ShardIndex, index_shards
+from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.streaming.engine.messages import MESSAGE_BYTES
+from datamodules.streaming.engine.stream import ShardedStream
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -109,7 +109,7 @@ class IdReader:
 def simulate(stream: ShardedStream, workers: int, monkeypatch) -> list[list[int]]:
     """One rank's epoch with ``workers`` simulated workers taken round-robin, in-process
     (the stream begins its epoch as a StreamLoader would make it)."""
-    stream._begin_epoch(workers)
+    stream.begin_epoch(workers)
     gens = []
     for w in range(workers):
         info = types.SimpleNamespace(id=w, num_workers=workers)

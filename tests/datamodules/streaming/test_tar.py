@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.streaming.errors import RecordError, SkipCounter
-from datamodules.streaming.formats import detect_format, read_records
-from datamodules.streaming.index import index_shard
-from datamodules.streaming.tar import decode_field, encode_field, split_name
+from datamodules.shards.errors import RecordError, SkipCounter
+from datamodules.shards.formats import detect_format
+from datamodules.shards.index import index_shard
+from datamodules.shards.records import read_records
+from datamodules.shards.tar import decode_field, encode_field, split_name
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

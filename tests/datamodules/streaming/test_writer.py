@@ -15,10 +15,10 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
+from datamodules.shards import writer as writer_module
+from datamodules.shards.records import read_records
+from datamodules.shards.writer import tar_header
 from datamodules.streaming import write_shards
-from datamodules.streaming import writer as writer_module
-from datamodules.streaming.formats import read_records
-from datamodules.streaming.writer import tar_header
 
 
 def png(i: int, size: int = 8) -> bytes:

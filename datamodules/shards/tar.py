@@ -36,9 +36,9 @@ from typing import Any
 
 from datamodules.remote.files import decompress, is_remote, local_path, open_binary
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.streaming.errors import KEEP_MESSAGES, RecordError, ShardError, SkipCounter
-from datamodules.streaming.shard_index import ShardIndex
-from datamodules.streaming.tar_members import TarDamage, TarMembers
+from datamodules.shards.errors import KEEP_MESSAGES, RecordError, ShardError, SkipCounter
+from datamodules.shards.shard_index import ShardIndex
+from datamodules.shards.tar_members import TarDamage, TarMembers
 
 __all__ = ["decode_field", "encode_field", "read_tar", "scan_tar", "split_name"]
 

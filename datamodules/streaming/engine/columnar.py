@@ -1,13 +1,13 @@
 """The columnar path of a stream worker: blocks of columns in, batches gathered by field out.
 
-:class:`ColumnarReading` is mixed into :class:`~datamodules.streaming.stream.ShardedStream`.
+:class:`ColumnarReading` is mixed into :class:`~datamodules.streaming.engine.stream.ShardedStream`.
 With ``columnar=True`` (what :class:`~datamodules.StreamingDataModule` sets for Parquet and
 JSONL shards with the default collate and no ``transform``) a worker reads its records as
-blocks (:func:`~datamodules.streaming.formats.read_blocks`), keeps them in a
-:class:`~datamodules.streaming.columns.RowStore`, and shuffles the records' *positions*
+blocks (:func:`~datamodules.shards.records.read_blocks`), keeps them in a
+:class:`~datamodules.streaming.engine.columns.RowStore`, and shuffles the records' *positions*
 through its buffer: the same positions, the same generator and the same draws as the record
 path, so the same records in the same order, in the same batches. Each batch is then gathered
-from the columns (:func:`~datamodules.streaming.gather.gather`), or, where only records give
+from the columns (:func:`~datamodules.streaming.engine.gather.gather`), or, where only records give
 it exactly, collated from the records the columns hold: the batches equal the record path's.
 """
 
@@ -21,18 +21,26 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from collates.padding import PadCollate
-from datamodules.streaming.columns import Block, RowStore
-from datamodules.streaming.elastic import runs
-from datamodules.streaming.gather import gather, gather_group
-from datamodules.streaming.layout import order_pieces
-from datamodules.streaming.messages import (
+from datamodules.streaming.engine.columns import Block, RowStore
+from datamodules.streaming.engine.elastic import runs
+from datamodules.streaming.engine.gather import gather, gather_group
+from datamodules.streaming.engine.layout import order_pieces
+from datamodules.streaming.engine.messages import (
     MESSAGE_BATCHES,
     MESSAGE_BYTES,
     PackedGroup,
     Views,
     flat_bytes,
 )
-from datamodules.streaming.shuffle import replay_shuffle, shuffle_runs
+from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_runs
+
+__all__ = [
+    "ColumnarReading",
+    "DEFAULT_PADDING",
+    "PositionQueue",
+    "columnar_reason",
+    "reads_columns",
+]
 
 #: The padding rules of the default collate (``collate_records``'s defaults).
 DEFAULT_PADDING = PadCollate(0)
@@ -43,8 +51,8 @@ def columnar_reason(
 ) -> str | None:
     """Why a split's batches are collated from records; None when they are gathered from
     columns (Parquet and JSONL shards, the default collate, no transform)."""
-    from datamodules.streaming.batching import stream_collate
-    from datamodules.streaming.formats import COLUMNAR
+    from datamodules.shards.records import COLUMNAR
+    from datamodules.streaming.engine.batching import stream_collate
 
     if not reads_blocks:
         return "records from read_shard(), or image records"
@@ -211,7 +219,7 @@ class ColumnarReading:
         rng: random.Random,
     ) -> Iterator[np.ndarray]:
         """A worker's ``n`` record positions after shuffling, from the ``t``-th on, as arrays:
-        the record path's order (:func:`~datamodules.streaming.shuffle.shuffle_runs`), each
+        the record path's order (:func:`~datamodules.streaming.engine.shuffle.shuffle_runs`), each
         block kept in ``store`` before its positions can be emitted."""
 
         def runs(start: int) -> Iterator[tuple[int, int]]:

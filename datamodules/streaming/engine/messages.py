@@ -4,7 +4,7 @@ A DataLoader worker sends each item it yields as one message: pickled, queued, u
 the main process. On a small machine a message costs about 0.2 ms (2 workers: at most about
 4,600 messages a second, however cheap the batch), so a stream of small batches, such as 64
 parsed records, is bound by messages, not by reading. A worker of a
-:class:`~datamodules.streaming.loader.StreamLoader` therefore groups its batches,
+:class:`~datamodules.streaming.engine.loader.StreamLoader` therefore groups its batches,
 :data:`MESSAGE_BATCHES` at a time (fewer when they are large: a message carries at most about
 :data:`MESSAGE_BYTES` of tensors, so image batches still travel one by one in their reused
 shared-memory slots), and the main process deals them out again with :func:`interleave`.
@@ -43,6 +43,24 @@ import torch
 
 from datamodules.core.tensor_memory import NUMPY_DTYPES
 from datamodules.core.worker_slots import WorkerSlots
+
+__all__ = [
+    "COPIED_BELOW",
+    "Layout",
+    "MESSAGE",
+    "MESSAGE_BATCHES",
+    "MESSAGE_BYTES",
+    "MESSAGE_INLINE_BELOW",
+    "PackedGroup",
+    "Placed",
+    "Views",
+    "flat_bytes",
+    "interleave",
+    "messages",
+    "pack",
+    "tensor_bytes",
+    "unpack",
+]
 
 #: Batches a worker groups in one message, at most.
 MESSAGE_BATCHES = 128
@@ -230,7 +248,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 class PackedGroup:
     """Batches a worker made packed already (a columnar group,
-    :func:`~datamodules.streaming.gather.gather_group`): their flat tensor and each batch's
+    :func:`~datamodules.streaming.engine.gather.gather_group`): their flat tensor and each batch's
     layout. :func:`messages` sends it as one message, as it is."""
 
     __slots__ = ("flat", "layouts")

@@ -51,42 +51,14 @@ import torch
 
 from datamodules.core.splits import compute_split_indices
 from datamodules.imaging.decoding import decode_image
-from datamodules.remote.cache import parse_size
-from datamodules.streaming.writer import write_shard
+from datamodules.shards.cli import PROG, parse_args
+from datamodules.shards.writer import write_shard
 
-PROG = "python -m datamodules shards"
+__all__ = ["main", "plan_shards", "run"]
+
 #: Bytes a tar record takes beyond its image's: three headers (one pax), the class, padding.
 TAR_RECORD_OVERHEAD = 2048
 _EXTENSION = {".jpeg": "jpg", ".tif": "tiff"}
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("src", type=Path, help="a folder of class sub-folders of images")
-    parser.add_argument("out", type=Path, help="the folder to write the shards into")
-    parser.add_argument("--fmt", choices=("tar", "parquet"), default="tar")
-    parser.add_argument("--max-bytes", default="256MB", help="about this much per shard")
-    parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1, help="at most N processes"
-    )
-    parser.add_argument("--val-split", type=float, default=0.1, help="fraction (or count) to val")
-    parser.add_argument("--seed", type=int, default=42, help="of the split and the train order")
-    parser.add_argument("--resize", type=int, default=None, help="short side at most N pixels")
-    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of --resize")
-    args = parser.parse_args(list(argv))
-    try:
-        args.max_bytes = parse_size(args.max_bytes, "--max-bytes")
-    except ValueError as err:
-        parser.error(str(err))
-    if args.workers < 1:
-        parser.error(f"--workers {args.workers}: use 1 or more")
-    if args.resize is not None and args.resize < 1:
-        parser.error(f"--resize {args.resize}: use a side of 1 pixel or more")
-    if not 1 <= args.quality <= 100:
-        parser.error(f"--quality {args.quality}: use 1 to 100")
-    if args.val_split >= 1 and not float(args.val_split).is_integer():
-        parser.error(f"--val-split {args.val_split}: use a fraction in [0, 1) or a count")
-    return args
 
 
 def list_folder(src: Path) -> tuple[list[str], list[tuple[str, int]]]:
@@ -218,7 +190,11 @@ def _manifest(args: argparse.Namespace, plan: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the shards that parsed arguments ask for; returns the exit status."""
     if not args.src.is_dir():
         print(f"{PROG}: SRC {str(args.src)!r} is not a folder of class folders.", file=sys.stderr)
         return 2

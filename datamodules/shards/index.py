@@ -22,24 +22,22 @@ from typing import Any
 
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.streaming.errors import (
+from datamodules.shards.delimited import DELIMITERS, csv_rows
+from datamodules.shards.errors import (
     KEEP_MESSAGES,
     OnError,
     ShardError,
     SkipCounter,
     check_on_error,
 )
-from datamodules.streaming.formats import (
-    BOM,
-    ShardLines,
-    csv_rows,
-    detect_format,
-    json_reason,
-    parse_line,
-)
-from datamodules.streaming.parquet import parquet_file
-from datamodules.streaming.shard_index import ShardIndex
-from datamodules.streaming.tar import scan_tar
+from datamodules.shards.formats import detect_format
+from datamodules.shards.jsonl import json_reason, parse_line
+from datamodules.shards.lines import BOM, ShardLines, is_blank
+from datamodules.shards.parquet import parquet_file
+from datamodules.shards.shard_index import ShardIndex
+from datamodules.shards.tar import scan_tar
+
+__all__ = ["count_records", "default_cache_dir", "index_shard", "index_shards", "scan_lines"]
 
 _INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
 _EVERY = 1024  # a seek offset is kept for every 1024th record
@@ -172,7 +170,7 @@ def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
     for raw in lines:
         if lines.line == 1 and raw.startswith(BOM):
             raw = raw[3:]
-        if raw.isspace() or not raw:  # a blank line is not a record (JSONL and text)
+        if is_blank(raw):  # a blank line is not a record (JSONL and text)
             continue
         if fmt == "jsonl":
             if on_error == "skip":
@@ -211,8 +209,9 @@ def _scan(
     count = 0
     lines = ShardLines(path, compression, options=options)
     try:
-        if fmt == "csv":  # rows may span lines: parse
-            records = ((line, offset) for line, offset, _ in csv_rows(lines, on_error, skips))
+        if fmt in DELIMITERS:  # rows may span lines: parse
+            rows = csv_rows(lines, on_error, skips, delimiter=DELIMITERS[fmt])
+            records = ((line, offset) for line, offset, _ in rows)
         else:
             records = scan_lines(lines, fmt, on_error, skips)
         for line, offset in records:

@@ -28,6 +28,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "CHUNK",
+    "Piece",
+    "Source",
+    "StreamSource",
+    "check_sources",
+    "check_stream_sources",
+    "chunked",
+    "epoch_pieces",
+    "quotas",
+    "source_run",
+]
+
 #: Records per chunk of one source in the interleaved sequence.
 CHUNK = 256
 

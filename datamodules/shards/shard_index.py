@@ -1,12 +1,14 @@
 """ShardIndex: how many records a shard holds and where to seek to reach one.
 
-Made by :func:`~datamodules.streaming.index.index_shard` (and importable from there); read
+Made by :func:`~datamodules.shards.index.index_shard` (and importable from there); read
 by the record readers and the stream. It imports nothing, so every streaming module can use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+__all__ = ["ShardIndex"]
 
 
 @dataclass(frozen=True)

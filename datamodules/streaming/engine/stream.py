@@ -4,11 +4,11 @@ How records are placed (one epoch):
 
 1. The shards, in an order shuffled from ``seed + epoch`` (or as given), form one global
    sequence of ``N`` records; each shard contributes its record count (from
-   :func:`~datamodules.streaming.index.index_shards`).
+   :func:`~datamodules.shards.index.index_shards`).
 2. Rank ``r`` of ``R`` takes a contiguous range of that sequence, the ranges as even as
    possible, cut into the same number of batches on every rank, and deals its batches to
    its DataLoader workers in contiguous blocks (the rules:
-   :class:`~datamodules.streaming.layout.Plan`). A worker reads its range shard piece by
+   :class:`~datamodules.streaming.engine.layout.Plan`). A worker reads its range shard piece by
    shard piece, seeking to the first record (a Parquet row group, a line offset from the
    index), shuffles it through a buffer of ``shuffle_buffer`` records seeded from ``(seed,
    epoch, rank, worker)``, and yields whole collated batches.
@@ -20,7 +20,7 @@ records than ranks, or ``batch_size=1`` with ``N % R != 0``): the few ranks shor
 record then repeat records from the start of the epoch, as ``DistributedSampler`` does, and
 a warning says how many (:attr:`ShardedStream.num_padded`).
 
-Epochs: each iteration through a :class:`~datamodules.streaming.loader.StreamLoader` runs the
+Epochs: each iteration through a :class:`~datamodules.streaming.engine.loader.StreamLoader` runs the
 next epoch (reshuffled, as ``RandomSampler`` does); :meth:`ShardedStream.set_epoch` decides
 explicitly. Without shuffling the order does not depend on the epoch.
 
@@ -32,12 +32,13 @@ record *positions* (cheap, no I/O), re-reads only the records still in the buffe
 continues, and the workers' roles rotate so the round-robin continues where it stopped: the
 same batches as without the interruption. On another layout the records not delivered yet
 are recomputed in index space and re-split over the new ranks and workers
-(:mod:`~datamodules.streaming.elastic`): still every record exactly once, the same number of
+(:mod:`~datamodules.streaming.engine.elastic`): still every record exactly once, the same number of
 batches on every rank, and the next epochs are those of a fresh run on the new layout.
 Other shards, another seed, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise a
 ValueError instead of silently duplicating or dropping records.
 
-Use :class:`~datamodules.streaming.loader.StreamLoader` (a DataLoader) to iterate: it numbers the
+Use :class:`~datamodules.streaming.engine.loader.StreamLoader` (a DataLoader) to iterate: it
+numbers the
 epochs, counts delivered batches for ``state_dict`` and passes both to persistent workers
 through shared memory.
 """
@@ -54,24 +55,24 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from datamodules.core.loaders import passthrough
-from datamodules.streaming.columnar import ColumnarReading
-from datamodules.streaming.elastic import Segment, buffer_rng, runs
-from datamodules.streaming.errors import RecordError
-from datamodules.streaming.failures import (
+from datamodules.shards.errors import RecordError
+from datamodules.shards.index import ShardIndex
+from datamodules.streaming.engine.columnar import ColumnarReading
+from datamodules.streaming.engine.elastic import Segment, buffer_rng, runs
+from datamodules.streaming.engine.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
     batch_error,
     first_failing,
     record_place,
 )
-from datamodules.streaming.index import ShardIndex
-from datamodules.streaming.layout import Plan, order_pieces, worker_done
-from datamodules.streaming.messages import messages
-from datamodules.streaming.mixing import StreamSource, check_stream_sources, epoch_pieces
-from datamodules.streaming.position import StreamPosition, check_int
-from datamodules.streaming.readers import Reader, ShardReader
-from datamodules.streaming.remainder import RemainingSequence, remaining_sequence
-from datamodules.streaming.shuffle import replay_shuffle, shuffle_buffer
+from datamodules.streaming.engine.layout import Plan, order_pieces, worker_done
+from datamodules.streaming.engine.messages import messages
+from datamodules.streaming.engine.mixing import StreamSource, check_stream_sources, epoch_pieces
+from datamodules.streaming.engine.position import StreamPosition, check_int
+from datamodules.streaming.engine.readers import Reader, ShardReader
+from datamodules.streaming.engine.remainder import RemainingSequence, remaining_sequence
+from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_buffer
 
 __all__ = ["ShardedStream"]
 
@@ -80,7 +81,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
     """Streams collated batches from shards; exactly once per epoch over ranks x workers.
 
     Args:
-        shards: :class:`~datamodules.streaming.index.ShardIndex` objects (from
+        shards: :class:`~datamodules.shards.index.ShardIndex` objects (from
             ``index_shards``) or ``(path, record_count)`` pairs, in a fixed order (the same
             on every rank).
         batch_size: Records per batch on each rank.
@@ -97,15 +98,15 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
             the given indexes. Must be picklable for worker processes.
         on_error: ``"raise"`` or ``"skip"`` bad records (``ShardIndex`` shards must have been
             indexed with the same policy, so that counts match what is read).
-        sources: Mix the shards as weighted sources (:mod:`~datamodules.streaming.mixing`):
-            each a :class:`~datamodules.streaming.mixing.StreamSource` naming its shards (by
+        sources: Mix the shards as weighted sources (:mod:`~datamodules.streaming.engine.mixing`):
+            each a :class:`~datamodules.streaming.engine.mixing.StreamSource` naming its shards (by
             position in ``shards``) and its quota of records per epoch. None: every shard once
             per epoch.
         source_key: With ``sources``, each (dict) record gets its source's name in this field.
-        columnar: Read Parquet and JSONL shards as blocks of columns and gather each batch by
-            field (:mod:`~datamodules.streaming.columnar`): the batches of ``collate`` over the
-            records, which must be the default collate (``stream_collate``); no
-            ``transform``.
+        columnar: Read Parquet and JSONL shards as blocks of columns and gather each batch
+            by field (:mod:`~datamodules.streaming.engine.columnar`): the batches of
+            ``collate`` over the records, which must be the default collate
+            (``stream_collate``); no ``transform``.
 
     Raises:
         ValueError: A bad argument (named in the message).
@@ -194,7 +195,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         self._init_position()
         self._cache: tuple[Any, Any, Plan] | None = None
         #: Set by a StreamLoader with workers: each worker sends its batches grouped in
-        #: messages (:mod:`~datamodules.streaming.messages`).
+        #: messages (:mod:`~datamodules.streaming.engine.messages`).
         self._send_messages = False
 
     # ------------------------------------------------------------------ layout
@@ -219,7 +220,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
     ) -> tuple[RemainingSequence | None, Plan]:
         """The sequence (None: the whole epoch) and layout of the segment after ``segments``;
         the sequence is built only where a worker reads it
-        (:mod:`~datamodules.streaming.remainder`)."""
+        (:mod:`~datamodules.streaming.engine.remainder`)."""
         if not segments:
             return None, self._plan
         key = (epoch, segments)
@@ -309,7 +310,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is None and self._pending is not None:  # iterated without a StreamLoader
-            self._begin_epoch(1)
+            self.begin_epoch(1)
         epoch, skip, saved, segments = self._read_shared()
         if info is None:  # main process: a resume position is used once
             self._shared[1] = self._shared[3] = 0

@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from datamodules.core.skipped import SHOWN, Skipped
 
 if TYPE_CHECKING:
-    from datamodules.streaming.shard_index import ShardIndex
+    from datamodules.shards.shard_index import ShardIndex
+
+__all__ = [
+    "KEEP_MESSAGES",
+    "OnError",
+    "RecordError",
+    "ShardError",
+    "SkipCounter",
+    "check_on_error",
+    "where_in",
+]
 
 OnError = Literal["raise", "skip"]
 

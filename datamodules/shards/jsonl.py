@@ -6,7 +6,7 @@ lines/s; orjson 853k into Python objects, but 338-392k once they are turned into
 msgspec with a typed schema 449k into Python objects; pyarrow's JSON reader on one thread 377k
 straight into Arrow columns, and 420k given the schema of the shard's previous block (tried
 first, and dropped for a block it does not fit). pyarrow's reader wins for batches because it
-parses into the columns a batch is gathered from (:mod:`~datamodules.streaming.columns`): no
+parses into the columns a batch is gathered from (:mod:`~datamodules.streaming.engine.columns`): no
 Python object per record at all. It is also already installed with the streaming extra.
 
 A block is accepted only where its columns say exactly what Python's ``json`` would (the batch
@@ -34,7 +34,10 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from datamodules.streaming.errors import RecordError, SkipCounter
+from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
+
+__all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
 
 try:  # a faster parser of one line, when installed
     import orjson
@@ -43,8 +46,7 @@ except ImportError:  # pragma: no cover - the standard library reads every line 
 
 #: Lines parsed together into columns.
 BLOCK_LINES = 2048
-BOM = b"\xef\xbb\xbf"
-_decode = json.JSONDecoder().decode
+_decode = decode_json = json.JSONDecoder().decode
 #: 19 digits or more: an integer orjson may read as a float outside 64 bits (Python's json
 #: keeps it an int), so such a line goes to the standard library.
 _LONG_NUMBER = re.compile(rb"\d{19}")
@@ -166,8 +168,8 @@ def jsonl_blocks(
     """The records of a JSONL shard's lines as blocks, after skipping ``check`` records, at
     most ``n``: ``(table, None)`` or ``(None, records)``, tables sliced to what is wanted.
 
-    ``lines`` is a :class:`~datamodules.streaming.formats.ShardLines`; blank lines are not
-    records; positions are those of :func:`~datamodules.streaming.formats.read_records`.
+    ``lines`` is a :class:`~datamodules.shards.lines.ShardLines`; blank lines are not
+    records; positions are those of :func:`~datamodules.shards.records.read_records`.
     """
     path = lines.path
     f = lines.f
@@ -177,7 +179,7 @@ def jsonl_blocks(
             number += 1
             if number == 1 and raw.startswith(BOM):
                 raw = raw[3:]
-            if raw.isspace() or not raw:
+            if is_blank(raw):
                 continue
             if on_error != "raise":
                 try:
@@ -229,3 +231,48 @@ def _emit(raws, numbers, path, on_error, counter, reason, left, schema):
     if not rows:
         return None, left, schema
     return (table, records), left, schema
+
+
+def json_reason(err: ValueError, raw: bytes) -> str:
+    """Why a JSONL line does not parse, with the column of the error within the line.
+
+    The line's break is not part of the record: an error at its end (a missing ``}``) is
+    reported at the last column, not at "column 1" of the next line, as ``json.loads`` of the
+    line with its ``\n`` would say.
+    """
+    if not isinstance(err, json.JSONDecodeError):
+        return f"invalid JSON: {err}"
+    try:
+        decode_json(raw.decode().rstrip("\r\n"))
+    except json.JSONDecodeError as bare:
+        err = bare
+    except ValueError:
+        pass
+    return f"invalid JSON: {err.msg} (column {err.colno})"
+
+
+def read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
+    """JSONL records (blank lines are not records); line numbers only, for errors."""
+    path, decode, line = lines.path, parse_line, lines.line
+    try:
+        for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
+            if line == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if is_blank(raw):
+                continue
+            if check and on_error == "raise":
+                check -= 1
+                continue
+            try:
+                rec = decode(raw)
+            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+                bad_record(path, line, json_reason(err, raw), on_error, counter)
+                continue
+            if check:
+                check -= 1
+                continue
+            yield rec
+    except RecordError:
+        raise
+    except Exception as err:  # a corrupt or truncated stream, a dropped connection
+        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err

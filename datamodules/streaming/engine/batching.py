@@ -19,6 +19,8 @@ from datamodules.core.loaders import passthrough
 from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import attach_pool
 
+__all__ = ["BatchedIterable", "Chain", "FactoryLoader", "factory_loader", "stream_collate"]
+
 
 def stream_collate(samples: list[Any]) -> Any:
     """The default collate of a stream: field by field, with PadCollate's padding rules.

@@ -1,9 +1,9 @@
 """The position of a ShardedStream: epochs, ``state_dict`` / ``load_state_dict`` and resumes.
 
-:class:`StreamPosition` is mixed into :class:`~datamodules.streaming.stream.ShardedStream`. A
+:class:`StreamPosition` is mixed into :class:`~datamodules.streaming.engine.stream.ShardedStream`. A
 position is the epoch, the batches this rank delivered in it, the layout that delivered them
 (world size, workers, batch size) and the segments of the epoch delivered on earlier layouts
-(:mod:`~datamodules.streaming.elastic`). The main process keeps it in attributes; persistent
+(:mod:`~datamodules.streaming.engine.elastic`). The main process keeps it in attributes; persistent
 DataLoader workers read it from a shared-memory tensor at the start of each iteration.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-from datamodules.streaming.elastic import MAX_SEGMENTS, Segment, check_resumable
-from datamodules.streaming.layout import Plan
+from datamodules.streaming.engine.elastic import MAX_SEGMENTS, Segment, check_resumable
+from datamodules.streaming.engine.layout import Plan
 
 __all__ = ["StreamPosition", "check_int"]
 
@@ -35,7 +35,7 @@ def check_int(value: Any, name: str, minimum: int) -> int:
 
 
 class StreamPosition:
-    """Epochs and resumable position of :class:`~datamodules.streaming.stream.ShardedStream`
+    """Epochs and resumable position of :class:`~datamodules.streaming.engine.stream.ShardedStream`
     (a mixin; the stream provides the layout, the shards and ``_segment_plan``)."""
 
     epoch: int
@@ -131,7 +131,34 @@ class StreamPosition:
             return epoch, segments, current  # the same layout continues its segment
         return epoch, (*segments, (*layout, current)), 0
 
-    def _begin_epoch(self, workers: int) -> None:
+    @property
+    def loader_workers(self) -> int:
+        """The DataLoader workers that iterate this stream (1 in-process)."""
+        return self._loader_workers
+
+    @property
+    def delivered(self) -> int:
+        """Batches of the current epoch delivered so far (what ``state_dict`` saves)."""
+        return self._yielded
+
+    def override_length(self, batches: int | None) -> None:
+        """Makes ``len()`` report ``batches`` until called with None (an epoch that a resume
+        ended: the Trainer measures the loader and sees it over)."""
+        self._len_override = batches
+
+    def attach_loader(self, num_workers: int) -> None:
+        """Called by the :class:`~datamodules.streaming.engine.loader.StreamLoader` that
+        iterates this stream: its worker count, and whether its workers send batches in
+        messages (they do whenever there are workers)."""
+        self._loader_workers = max(num_workers, 1)
+        self._send_messages = num_workers > 0
+
+    def count_delivered(self, batches: int = 1) -> None:
+        """Counts batches handed to the consumer, in the main process (a loader with workers;
+        in-process, the stream counts its own)."""
+        self._yielded += batches
+
+    def begin_epoch(self, workers: int) -> None:
         """Called by :class:`StreamLoader` before each iteration (in the main process)."""
         if self._pending is not None:
             epoch, segments, skip = self._resolve(self._pending, workers)
@@ -176,7 +203,7 @@ class StreamPosition:
         loop consumed), the layout that delivered them (``world_size``, ``num_workers``,
         ``batch_size``) and the ``segments`` of the epoch delivered on earlier layouts
         (``[world, workers, batch_size, batches]`` each; see
-        :mod:`~datamodules.streaming.elastic`). Inside a worker (torchdata's
+        :mod:`~datamodules.streaming.engine.elastic`). Inside a worker (torchdata's
         ``StatefulDataLoader`` asks there): that worker's own count, with ``level="worker"``.
         Plus the settings a resume must keep (``seed``, ``shuffle``, ``shuffle_buffer``,
         ``drop_last``, ``num_records``, ``shards``: a hash of the shard paths and counts). A
@@ -223,7 +250,7 @@ class StreamPosition:
 
         The world size, worker count and batch size may differ from the saved ones: the
         records of the epoch not delivered yet are then re-split over this layout (see
-        :mod:`~datamodules.streaming.elastic`).
+        :mod:`~datamodules.streaming.engine.elastic`).
 
         Raises:
             ValueError: The state was saved over other shards or with another seed,

@@ -3,11 +3,11 @@
 With the default collate, a worker of a Parquet or JSONL stream never makes one Python dict
 per record. Its reader gives *blocks*: a Parquet row group's Arrow record batch, or a few
 thousand JSONL lines parsed at once by pyarrow's JSON reader
-(:mod:`~datamodules.streaming.jsonl_blocks`). Each block's columns are decoded once
+(:mod:`~datamodules.shards.jsonl`). Each block's columns are decoded once
 (:class:`Block`): numbers to a NumPy array, lists of numbers to their values laid end to end
 and each row's length, anything else (strings, nested lists, nulls, structs) to its Python
 values. The shuffle buffer then holds row *positions* (:class:`RowStore`), and a batch is
-gathered field by field (:mod:`~datamodules.streaming.gather`): one fancy index per field,
+gathered field by field (:mod:`~datamodules.streaming.engine.gather`): one fancy index per field,
 and variable-length lists padded in one scatter, as the record path pads them.
 """
 
@@ -17,6 +17,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+
+__all__ = ["Block", "Field", "INT_KINDS", "RowStore", "decode_column"]
 
 NUMBERS, LISTS, VALUES, CONSTANT = "numbers", "lists", "values", "constant"
 INT_KINDS = "iu"

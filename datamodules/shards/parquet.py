@@ -12,7 +12,9 @@ from typing import Any
 
 from datamodules.remote.files import is_remote, local_path, open_seekable_remote
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.streaming.errors import ShardError
+from datamodules.shards.errors import ShardError
+
+__all__ = ["parquet_file", "read_parquet", "read_parquet_batches"]
 
 
 class parquet_file:

@@ -20,9 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from datamodules.streaming.formats import ShardLines, csv_header, csv_rows
-from datamodules.streaming.index import scan_lines
-from datamodules.streaming.shard_index import ShardIndex
+from datamodules.shards.delimited import csv_header, csv_rows
+from datamodules.shards.index import scan_lines
+from datamodules.shards.lines import ShardLines
+from datamodules.shards.shard_index import ShardIndex
+
+__all__ = [
+    "BatchError",
+    "COLLATE_HINT",
+    "TRANSFORM_HINT",
+    "batch_error",
+    "first_failing",
+    "record_place",
+]
 
 #: What would fix a batch the collate could not make.
 COLLATE_HINT = (

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["replay_shuffle", "shuffle_buffer", "shuffle_runs"]
+
 
 def shuffle_buffer(
     items: Iterator[Any], size: int, rng: random.Random, buf: list[Any]

@@ -7,9 +7,9 @@ when complete, so a shard that exists is whole (a crash leaves no half shard und
 name, and a glob never picks one up).
 
 * **tar**: WebDataset's layout, readable by ``webdataset.WebDataset`` and by this library
-  (:mod:`datamodules.streaming.tar`). A record is a dict with ``"__key__"`` (its name: no dot
+  (:mod:`datamodules.shards.tar`). A record is a dict with ``"__key__"`` (its name: no dot
   in the part after the last ``/``) and fields named by extension, encoded by
-  :func:`~datamodules.streaming.tar.encode_field` (ints for ``cls``, str for ``txt``, any
+  :func:`~datamodules.shards.tar.encode_field` (ints for ``cls``, str for ``txt``, any
   JSON value for ``json``, bytes for the rest). Other ``__*__`` fields (such as ``__url__``
   of a record read from a shard) are not written. Member times and owners are fixed, so the
   same records always give the same bytes.
@@ -33,7 +33,7 @@ from typing import Any
 
 from datamodules.imaging.decoding import is_image_bytes
 from datamodules.remote.cache import parse_size
-from datamodules.streaming.tar import encode_field, split_name
+from datamodules.shards.tar import encode_field, split_name
 
 __all__ = ["write_shard", "write_shards"]
 

@@ -1,6 +1,6 @@
 """Range readers: how a stream worker reads the records ``[start, stop)`` of one shard.
 
-* :class:`ShardReader`: the default, :func:`~datamodules.streaming.formats.read_records` with
+* :class:`ShardReader`: the default, :func:`~datamodules.shards.records.read_records` with
   the shard's index, so it seeks close to ``start``; remote shards optionally through a local
   :class:`~datamodules.remote.cache.ShardCache`, with the next shards fetched ahead.
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
@@ -15,9 +15,11 @@ from typing import Any
 from datamodules.remote.cache import Prefetcher, ShardCache
 from datamodules.remote.files import default_options, is_remote
 from datamodules.remote.retrying import RemoteError, RemoteOptions
-from datamodules.streaming.errors import ShardError
-from datamodules.streaming.formats import read_blocks, read_records
-from datamodules.streaming.index import ShardIndex
+from datamodules.shards.errors import ShardError
+from datamodules.shards.index import ShardIndex
+from datamodules.shards.records import read_blocks, read_records
+
+__all__ = ["Reader", "ShardReader", "SliceReader"]
 
 Reader = Callable[[str, int, int], Iterable[Any]]
 
@@ -92,7 +94,7 @@ class ShardReader:
 
     def blocks(self, path: str, start: int, stop: int) -> Iterator[tuple[Any, list[Any] | None]]:
         """The same records as blocks of columns (Parquet, JSONL; see
-        :func:`~datamodules.streaming.formats.read_blocks`)."""
+        :func:`~datamodules.shards.records.read_blocks`)."""
         return self._read(read_blocks, path, start, stop)
 
     def _read(self, read: Callable[..., Iterator[Any]], path: str, start: int, stop: int):

@@ -17,6 +17,8 @@ import os
 import zlib
 from typing import IO
 
+__all__ = ["BLOCK", "Member", "TarDamage", "TarMembers"]
+
 BLOCK = 512
 _REGULAR = (b"0", b"\0", b"7")
 _SKIP_CHUNK = 1 << 20

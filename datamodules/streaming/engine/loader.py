@@ -12,8 +12,10 @@ from datamodules.core.hardware import AUTO, LoaderSettings
 from datamodules.core.loaders import passthrough
 from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
-from datamodules.streaming.messages import MESSAGE_BATCHES, MESSAGE_INLINE_BELOW, interleave
-from datamodules.streaming.stream import ShardedStream
+from datamodules.streaming.engine.messages import MESSAGE_BATCHES, MESSAGE_INLINE_BELOW, interleave
+from datamodules.streaming.engine.stream import ShardedStream
+
+__all__ = ["GATHERED_PREFETCH", "StreamLoader", "gathered_prefetch"]
 
 #: Messages each worker of a stream whose batches are gathered from columns keeps in flight
 #: with ``prefetch_factor="auto"``. A message is up to 128 small batches (about 4 MiB); with
@@ -86,8 +88,7 @@ class StreamLoader(DataLoader):
             self.batch_pool.inline_below = MESSAGE_INLINE_BELOW
         self.reuse_batch_memory = reuse_batch_memory
         super().__init__(dataset, batch_size=None, **kwargs)
-        dataset._loader_workers = max(self.num_workers, 1)
-        dataset._send_messages = self.num_workers > 0
+        dataset.attach_loader(self.num_workers)
         self.consumed_batches: Callable[[], int | None] | None = None
         #: Optional callable run just before the last batch of an epoch is yielded (a
         #: consumer that stops after it never asks for the end of the iteration).
@@ -106,7 +107,7 @@ class StreamLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         release_held_filters(self)  # Lightning has checked this loader by now
         stream: ShardedStream = self.dataset  # type: ignore[assignment]
-        stream._begin_epoch(max(self.num_workers, 1))
+        stream.begin_epoch(max(self.num_workers, 1))
         if self._IterableDataset_len_called is not None:  # torch warns past the length it saw
             # (a resumed epoch's differs; with workers it counts messages: at most one a
             # batch, plus each worker's last, empty one)
@@ -118,8 +119,9 @@ class StreamLoader(DataLoader):
             batches = interleave(batches, self.num_workers)
         first = True
         for batch in batches:
-            stream._yielded += 1 if self.num_workers else 0  # in-process: the stream counts
-            if self.on_last_batch is not None and stream._yielded == len(stream):
+            if self.num_workers:  # in-process, the stream counts its own
+                stream.count_delivered()
+            if self.on_last_batch is not None and stream.delivered == len(stream):
                 self.on_last_batch()
             yield batch
             if first:

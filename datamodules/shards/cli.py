@@ -1,0 +1,59 @@
+"""The command line of the shard layer, kept light: ``python -m datamodules shards --help``
+parses and answers without importing torch or Lightning (the work is imported after parsing).
+
+* ``python -m datamodules shards SRC OUT``: an image folder to train and val shards
+  (:mod:`~datamodules.shards.folder_shards`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from datamodules.remote.cache import parse_size
+
+__all__ = ["PROG", "parse_args", "shards_main"]
+
+PROG = "python -m datamodules shards"
+DESCRIPTION = "an image folder to train and val shards (WebDataset tar or Parquet)."
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments of ``python -m datamodules shards``, checked (exits 2 on bad ones)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    parser.add_argument("src", type=Path, help="a folder of class sub-folders of images")
+    parser.add_argument("out", type=Path, help="the folder to write the shards into")
+    parser.add_argument("--fmt", choices=("tar", "parquet"), default="tar")
+    parser.add_argument("--max-bytes", default="256MB", help="about this much per shard")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="at most N processes"
+    )
+    parser.add_argument("--val-split", type=float, default=0.1, help="fraction (or count) to val")
+    parser.add_argument("--seed", type=int, default=42, help="of the split and the train order")
+    parser.add_argument("--resize", type=int, default=None, help="short side at most N pixels")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of --resize")
+    args = parser.parse_args(list(argv))
+    try:
+        args.max_bytes = parse_size(args.max_bytes, "--max-bytes")
+    except ValueError as err:
+        parser.error(str(err))
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: use 1 or more")
+    if args.resize is not None and args.resize < 1:
+        parser.error(f"--resize {args.resize}: use a side of 1 pixel or more")
+    if not 1 <= args.quality <= 100:
+        parser.error(f"--quality {args.quality}: use 1 to 100")
+    if args.val_split >= 1 and not float(args.val_split).is_integer():
+        parser.error(f"--val-split {args.val_split}: use a fraction in [0, 1) or a count")
+    return args
+
+
+def shards_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m datamodules shards``: parses, then writes; returns the exit status."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from datamodules.shards.folder_shards import run  # torch and the image decoders: now
+
+    return run(args)

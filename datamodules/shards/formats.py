@@ -1,0 +1,112 @@
+"""Shard formats: the one extension table, format and compression detection, finding shards.
+
+A *shard* is one file of records. Formats, by extension, for every reader of this library
+(streams, text, the index); the line formats may be compressed (``.gz`` / ``.gzip``, ``.zst`` /
+``.zstd``):
+
+* ``.jsonl`` / ``.ndjson``: one JSON value per line (:mod:`~datamodules.shards.jsonl`).
+* ``.txt``: one record per line, the line without its line break (:mod:`~datamodules.shards.txt`).
+* ``.csv`` / ``.tsv``: one dict per row, keyed by the header row, every value a string
+  (:mod:`~datamodules.shards.delimited`).
+* ``.parquet`` / ``.pq``: one dict per row, read a row group at a time, never the whole file
+  (:mod:`~datamodules.shards.parquet`).
+* ``.tar`` (``.tar.gz`` / ``.tgz`` / ``.tar.zst``, read from the beginning): WebDataset's
+  records, members grouped by key (:mod:`~datamodules.shards.tar`).
+
+The line formats share one rule for blank lines, byte-order marks and bad records, stated in
+:mod:`~datamodules.shards.lines`. Remote shards go through fsspec (``http(s)://``, ``s3://``
+with s3fs installed, ...), opened by :mod:`datamodules.remote.files`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from datamodules.remote.listing import expand_files as list_files
+from datamodules.remote.retrying import RemoteOptions
+
+__all__ = [
+    "COMPRESSIONS",
+    "EXTENSIONS",
+    "FORMATS",
+    "LINE_FORMATS",
+    "accepted_extensions",
+    "detect_format",
+    "expand_files",
+]
+
+FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet", "tar")
+#: The formats whose records are lines of text (read through :mod:`~datamodules.shards.lines`).
+LINE_FORMATS = ("jsonl", "txt", "csv", "tsv")
+#: The one extension table: every reader of files (streams, text, the index) tells formats by it.
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "txt",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".tar": "tar",
+}
+#: Compression suffixes of the line formats and tar (Parquet compresses internally).
+COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
+    """Returns ``(format, compression)`` of a shard from its extension.
+
+    Args:
+        path: Path or URL; a query string (``?...``) is ignored.
+        fmt: Force the format (one of :data:`FORMATS`); compression is still inferred.
+
+    Raises:
+        ValueError: The extension (or ``fmt``) is not one of the supported formats.
+    """
+    name = str(path).split("?", 1)[0].lower()
+    compression = None
+    if name.endswith(".tgz"):
+        name = name[:-4] + ".tar.gz"
+    for ext, comp in COMPRESSIONS.items():
+        if name.endswith(ext):
+            compression, name = comp, name[: -len(ext)]
+            break
+    if fmt is None:
+        fmt = next((f for ext, f in EXTENSIONS.items() if name.endswith(ext)), None)
+        if fmt is None:
+            raise ValueError(
+                f"cannot tell the format of shard {path!r} from its extension: use one of "
+                f"{accepted_extensions()}, or pass fmt=."
+            )
+    elif fmt not in FORMATS:
+        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {FORMATS}.")
+    if fmt == "parquet" and compression is not None:
+        raise ValueError(f"shard {path!r}: Parquet compresses internally; drop the {compression}.")
+    return fmt, compression
+
+
+def expand_files(
+    spec: str | os.PathLike | Iterable[str | os.PathLike], options: RemoteOptions | None = None
+) -> list[str]:
+    """Turns a shard specification into a list of shards (see
+    :func:`datamodules.remote.listing.expand_files`); a directory gives its files with a
+    supported extension."""
+    return list_files(spec, options, known=_known)
+
+
+def _known(path: str) -> bool:
+    try:
+        detect_format(path)
+    except ValueError:
+        return False
+    return True
+
+
+def accepted_extensions(formats: Iterable[str] = FORMATS) -> str:
+    """The extensions of ``formats``, for error messages: ``".jsonl, .ndjson, ... (the line
+    formats optionally + .gz or .zst)"``."""
+    formats = tuple(formats)
+    names = ", ".join(ext for ext, fmt in EXTENSIONS.items() if fmt in formats)
+    compressed = [f for f in formats if f in LINE_FORMATS or f == "tar"]
+    return names + (" (optionally + .gz or .zst)" if compressed else "")

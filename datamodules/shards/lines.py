@@ -1,0 +1,96 @@
+"""The byte lines of a line shard (JSONL, CSV / TSV, txt): opened local or remote, decompressed,
+with byte offsets and line numbers, and the rules every line format shares.
+
+The rules, for every line format (streams and text read the same files the same way):
+
+* a byte-order mark may open a file (``BOM``) and is not part of its first record;
+* a blank line (empty or only whitespace) is not a record, and does not take a position;
+* a line is UTF-8; one that is not, or that does not parse, is a bad record: under
+  ``on_error="raise"`` a :class:`~datamodules.shards.errors.RecordError` names the file and the
+  line, under ``"skip"`` it is left out and counted (:func:`bad_record`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from datamodules.remote.files import decompress, open_binary
+from datamodules.remote.retrying import RemoteOptions
+from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+
+__all__ = ["BOM", "ShardLines", "bad_record", "decoded_lines", "is_blank"]
+
+#: The UTF-8 byte-order mark, which may open a file and is never part of a record.
+BOM = b"\xef\xbb\xbf"
+
+
+def is_blank(raw: bytes) -> bool:
+    """True for a line that is not a record: empty, or only whitespace."""
+    return not raw or raw.isspace()
+
+
+class ShardLines:
+    """Binary lines of a (possibly compressed) shard, tracking byte offsets and line numbers.
+
+    While a line is being handled, ``start`` is its byte offset, ``pos`` the offset of the
+    next line and ``line`` its 1-based number.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        compression: str | None,
+        offset: int = 0,
+        line: int = 0,
+        options: RemoteOptions | None = None,
+    ):
+        self.path = path
+        try:
+            self.raw = open_binary(path, offset, options)
+            self.f = decompress(self.raw, compression)
+        except Exception as err:
+            raise ShardError(
+                path, None, f"cannot open shard ({type(err).__name__}: {err})"
+            ) from err
+        self.start = self.pos = offset
+        self.line = line
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for raw in self.f:
+                self.start = self.pos
+                self.pos += len(raw)
+                self.line += 1
+                yield raw
+        except RecordError:
+            raise
+        except Exception as err:  # a corrupt or truncated stream, a dropped connection
+            raise ShardError(
+                self.path,
+                self.line + 1,
+                f"cannot read shard past this line ({type(err).__name__}: {err})",
+            ) from err
+
+    def close(self) -> None:
+        self.f.close()
+        self.raw.close()
+
+
+def bad_record(
+    path: str, line: int, reason: str, on_error: str, counter: SkipCounter | None
+) -> None:
+    """A bad record: raised under ``"raise"``, counted under ``"skip"``."""
+    if on_error == "raise":
+        raise RecordError(path, line, reason)
+    if counter is not None:
+        counter.record(path, line, reason)
+
+
+def decoded_lines(lines: ShardLines, bad: list[tuple[int, str]]) -> Iterator[str]:
+    """The lines as text; a line that is not UTF-8 is noted in ``bad`` and read as blank."""
+    for raw in lines:
+        try:  # a byte-order mark may open the file
+            yield raw.decode("utf-8-sig" if lines.start == 0 else "utf-8")
+        except UnicodeDecodeError as err:
+            bad.append((lines.line, f"invalid UTF-8: {err}"))
+            yield "\n"
