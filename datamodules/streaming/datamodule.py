@@ -63,14 +63,11 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, IterableDataset
 
-from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
+from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
-from datamodules.core.quiet import HeldFilters
-from datamodules.remote.cache import ShardCache
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import ShardIndex
@@ -83,35 +80,24 @@ from datamodules.streaming.arguments import (
     remote_options,
     stream_work,
 )
-from datamodules.streaming.engine.batching import Chain, factory_loader, stream_collate
-from datamodules.streaming.engine.columnar import reads_columns
-from datamodules.streaming.engine.loader import StreamLoader, gathered_prefetch
+from datamodules.streaming.engine.batching import Chain, stream_collate
+from datamodules.streaming.engine.loader import StreamLoader
 from datamodules.streaming.engine.mixing import Source
-from datamodules.streaming.engine.readers import ShardReader, SliceReader
 from datamodules.streaming.engine.stream import ShardedStream
 from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
 from datamodules.streaming.inspection import StreamInspection
+from datamodules.streaming.loaders import StreamLoaders
 from datamodules.streaming.splits import SplitSource, StreamSplits
 from datamodules.streaming.stream_state import StreamState
-from datamodules.streaming.trainer_links import (
-    ConsumedBatches,
-    ResumedEpochEnd,
-    TrainerLength,
-    restored_inside_finished_epoch,
-)
 
 __all__ = ["StreamingDataModule", "stream_collate"]
 
 # A list first, so that LightningCLI parses a JSON list as a list, not as one path.
 Files = Sequence[Source] | Sequence[str | os.PathLike] | str | os.PathLike
-#: Lightning's advice for a dataset whose length it cannot trust; ours is exact.
-_ITERABLE_LEN = r"Your `IterableDataset` has `__len__` defined"
-#: torch's warning when workers outnumber CPUs.
-_MANY_WORKERS = r"This DataLoader will create \d+ worker processes in total"
 
 
 class StreamingDataModule(
-    StreamImages, StreamState, StreamSplits, StreamInspection, BaseDataModule
+    StreamLoaders, StreamImages, StreamState, StreamSplits, StreamInspection, BaseDataModule
 ):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
@@ -342,107 +328,6 @@ class StreamingDataModule(
         """``transform`` then the split's ``train_transforms`` / ``eval_transforms``."""
         fns = [f for f in (self.transform, super().transform_for(split)) if f is not None]
         return None if not fns else fns[0] if len(fns) == 1 else Chain(*fns)
-
-    # ------------------------------------------------------------------ loaders
-    def make_stream(self, split: str, rank: int, world: int) -> ShardedStream:
-        """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable).
-
-        The train stream runs ``trainer.current_epoch`` under a Trainer; outside one, the
-        epoch after the previous train loader's (0 at first).
-        """
-        shards = self._index(split)
-        train = split == "train"
-        if self._custom_reader():
-            reader: Any = SliceReader(self._detached().read_shard)
-            listed: list[Any] = [(s.path, s.count) for s in shards]
-        else:
-            cache = None
-            if self.cache_dir is not None:
-                cache = ShardCache(self.cache_dir, self.cache_limit, self.remote)
-            reader = ShardReader(
-                {s.path: s for s in shards}, self.on_error, self.columns, self.remote, cache,
-                self.prefetch_shards,
-            )  # fmt: skip
-            listed = shards
-        reader, transform, collate = self.stream_parts(split, reader)
-        mix = self.mixes.get(split)
-        trainer = self._trainer()
-        overfit = train and trainer is not None and trainer.overfit_batches > 0
-        if not train:
-            epoch = 0
-        elif trainer is not None:
-            epoch = int(trainer.current_epoch)
-        else:  # outside a Trainer: the epoch after the last train loader's
-            last = self._train_stream
-            epoch = 0 if last is None else last.epoch + int(last._iterated)
-        return ShardedStream(
-            listed,
-            batch_size=self.batch_size,
-            rank=rank,
-            world_size=world,
-            # overfit_batches: the same first batches every epoch (Lightning turns off the
-            # shuffle of the loaders it can re-sample; a stream does it here).
-            shuffle=self.shuffle and train and not overfit,
-            shuffle_buffer=self.shuffle_buffer,
-            seed=self.shuffle_seed,
-            epoch=epoch,
-            drop_last=self.drop_last and train,
-            transform=transform,
-            collate=collate,
-            reader=reader,
-            on_error=self.on_error,
-            sources=None if mix is None else [m.engine() for m in mix],
-            source_key=self.source_key,
-            columnar=reads_columns(shards, reader, transform, collate),
-        )
-
-    def make_loader(self, split: str) -> DataLoader | None:
-        """Builds the loader of a split: a :class:`StreamLoader` over :meth:`make_stream` with
-        the resolved settings; or a plain DataLoader over ``dataset_factory``'s dataset (None
-        when the factory has no such split)."""
-        rank, world = self._rank_world()
-        settings = self.loader_settings(split)
-        # Advice that does not apply to this loader, silenced while Lightning checks it (and,
-        # for torch's, while an iteration starts): see datamodules/core/quiet.py.
-        advice: list[tuple[str, type[Warning]]] = []
-        if self.num_workers == AUTO:
-            # "auto" chose this count on purpose: Lightning's advice to raise it and torch's to
-            # stay within the CPU count (I/O-bound workers mostly wait) do not apply.
-            advice.append((FEW_WORKERS_WARNING, PossibleUserWarning))
-        if self.dataset_factory is not None:
-            assert self.dataset_factory is not None
-            dataset = self.dataset_factory(split, rank, world)
-            loader = factory_loader(self, dataset, split, rank, world, settings.loader_kwargs())
-        else:
-            # Our length is exact on every rank and worker count (Lightning cannot know that).
-            advice.append((_ITERABLE_LEN, UserWarning))
-            stream = self.make_stream(split, rank, world)
-            settings = self._settings[split] = gathered_prefetch(settings, stream, self)
-            loader = StreamLoader(
-                stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()
-            )
-            if split == "train":
-                loader.consumed_batches = ConsumedBatches(self)
-                loader.on_last_batch = ResumedEpochEnd(self, stream)
-                self._train_loader_ref = weakref.ref(loader)
-                self._train_stream = stream
-                pending = self._pending_stream_state
-                if pending is not None:
-                    loader.load_state_dict(pending)
-                    self._pending_stream_state = None
-                    if restored_inside_finished_epoch(self._trainer(), pending, len(loader)):
-                        ended = int(pending["ended_length"])
-                        loader.on_second_batch = TrainerLength(self, stream, ended)
-        if loader is not None:
-            if advice:
-                loader.held_filters = HeldFilters(advice, loader)
-            loader.quiet_while_starting = (
-                [(_MANY_WORKERS, UserWarning)] if self.num_workers == AUTO else []
-            )
-        if not self._logged:
-            self._logged = True
-            self._log_summary()
-        return loader
 
     def train_dataloader(self) -> DataLoader:
         """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""

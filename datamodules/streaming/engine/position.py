@@ -141,6 +141,11 @@ class StreamPosition:
         """Batches of the current epoch delivered so far (what ``state_dict`` saves)."""
         return self._yielded
 
+    def next_epoch_outside_trainer(self) -> int:
+        """The epoch a new loader over this split starts outside a Trainer: this one again if
+        it never ran, else the next."""
+        return self.epoch + int(self._iterated)
+
     def override_length(self, batches: int | None) -> None:
         """Makes ``len()`` report ``batches`` until called with None (an epoch that a resume
         ended: the Trainer measures the loader and sees it over)."""
