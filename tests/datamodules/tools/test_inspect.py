@@ -114,6 +114,23 @@ class TestInspectCommand:
         width, height = check_png(out)
         assert width > 300 and height > 200
 
+    def test_without_matplotlib_the_text_is_printed_with_how_to_get_the_picture(
+        self,
+        npz: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+        out = tmp_path / "batch.png"
+        args = ["--data", "TensorDataModule", f"--data.path={npz}", "--data.batch_size", "8"]
+        assert main([*args, "--out", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "TensorDataModule" and "one train batch:" in lines
+        assert lines[-1].startswith("no picture of one train batch: ")
+        assert 'pip install "lightning-datamodules[plots]"' in lines[-1]
+        assert not out.exists()
+
     def test_tune_puts_the_table_in_the_summary(
         self,
         npz: Path,
