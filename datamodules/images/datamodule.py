@@ -6,9 +6,10 @@ rest) into a uint8 tensor, applies the split's ``torchvision.transforms.v2`` tra
 that uint8 tensor, and writes each result into the batch, uint8 ``(B, 3, H, W)``
 (channels-last in memory, which uint8 resizing and cuDNN both prefer), allocated in a
 shared-memory buffer the worker reuses (:mod:`datamodules.core.shared_batches`). Conversion
-to float and normalisation happen in :meth:`ImageFolderDataModule.on_after_batch_transfer`,
-on the Trainer's device, where it is cheapest, and the worker queue, pinned memory and
-host-to-device copy carry a quarter of the bytes of float32.
+to float and normalisation happen in ``on_after_batch_transfer``
+(:class:`~datamodules.imaging.normalize.NormalizeOnDevice`), on the Trainer's device, where
+it is cheapest, and the worker queue, pinned memory and host-to-device copy carry a quarter
+of the bytes of float32.
 
 Extension point: override :meth:`ImageFolderDataModule.find_samples` to list samples some
 other way (e.g. a CSV of ``path,label``); it returns an
@@ -36,13 +37,13 @@ from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
 from datamodules.imaging.batches import SkipLog
 from datamodules.imaging.decoding import DECODABLE
+from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     as_height_width,
     default_eval_transforms,
     default_train_transforms,
-    to_float,
 )
 
 __all__ = ["BalancedBatchSampler", "ImageFolderDataModule", "ON_ERROR"]
@@ -73,7 +74,7 @@ class BalancedBatchSampler(IndexBatchSampler):
         return torch.multinomial(self.weights, self.dataset_size, True, generator=generator)
 
 
-class ImageFolderDataModule(BaseDataModule):
+class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
     """Images in class folders (``root/<class>/<image>``), as torchvision's ImageFolder.
 
     ``dm.classes``, ``dm.class_to_idx`` and ``dm.samples`` equal those of
@@ -297,21 +298,6 @@ class ImageFolderDataModule(BaseDataModule):
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-    # ------------------------------------------------------------------ device side
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Converts uint8 images to float in [0, 1] and normalises them, on the device."""
-        if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor):
-            images = batch[0]
-            if images.dtype == torch.uint8:
-                return (self.to_float(images), *batch[1:])
-        return batch
-
-    def to_float(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
-        if not self.normalize:
-            return to_float(images, None, None)
-        return to_float(images, self.mean, self.std)
 
     # ------------------------------------------------------------------ look at the data
     def show_batch(self, path: str | os.PathLike[str], max_images: int = 32) -> Path:

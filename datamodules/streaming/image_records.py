@@ -7,8 +7,9 @@ exactly as :class:`~datamodules.ImageFolderDataModule` does with files: the same
 same default transforms (RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate)
 and ``train_transforms`` / ``eval_transforms`` overrides on uint8 ``(3, H, W)`` tensors, the
 same reused shared-memory batch slots, and float conversion and normalisation on the device
-in :meth:`StreamImages.on_after_batch_transfer`. ``num_workers="auto"`` counts this as decode
-work. ``transform=`` still acts on the records, before decoding.
+(:class:`~datamodules.imaging.normalize.NormalizeOnDevice`). ``num_workers="auto"`` counts
+this as decode work, local or remote. ``transform=`` still acts on the records, before
+decoding.
 
 This module also checks the image arguments (:func:`check_image_records`) and gives
 ``num_classes`` / ``classes`` and the images' lines of the summary.
@@ -20,9 +21,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from datamodules.imaging.batches import SkipLog
+from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -30,7 +30,6 @@ from datamodules.imaging.transforms import (
     check_image_arguments,
     default_eval_transforms,
     default_train_transforms,
-    to_float,
 )
 from datamodules.shards.errors import SkipCounter
 from datamodules.shards.parquet import read_parquet
@@ -108,11 +107,7 @@ def check_image_records(
     return keys, names
 
 
-def _is_uint8(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dtype == torch.uint8
-
-
-class StreamImages:
+class StreamImages(NormalizeOnDevice):
     """The image records of :class:`~datamodules.StreamingDataModule` (a mixin)."""
 
     image_key: str | None
@@ -223,17 +218,7 @@ class StreamImages:
         if not getattr(self, "image_keys", ()):
             return batch
         self._report_image_skips()
-        if isinstance(batch, (tuple, list)) and batch and _is_uint8(batch[0]):
-            return (self.to_float(batch[0]), *batch[1:])
-        if isinstance(batch, dict) and _is_uint8(batch.get("image")):
-            return {**batch, "image": self.to_float(batch["image"])}
-        return batch
-
-    def to_float(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
-        if not self.normalize:
-            return to_float(images, None, None)
-        return to_float(images, self.mean, self.std)
+        return super().on_after_batch_transfer(batch, dataloader_idx)
 
     def _report_image_skips(self) -> None:
         """Warns (once per epoch) when the workers left image records out."""
