@@ -34,9 +34,9 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.views import SplitView
 from datamodules.images.batches import ImageBatchView
-from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
+from datamodules.images.index import ImageFolderIndex, scan_image_folder
 from datamodules.imaging.batches import SkipLog
-from datamodules.imaging.decoding import DECODABLE
+from datamodules.imaging.decoding import DECODABLE, IMG_EXTENSIONS
 from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
