@@ -278,7 +278,7 @@ class StreamingDataModule(
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
         self.mixes: dict[str, list[SplitSource]] = {}
         self.files = files
-        self.work = stream_work(files)
+        self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
         self.transform = transform
         self.collate_fn = collate
         self.shuffle_buffer = shuffle_buffer

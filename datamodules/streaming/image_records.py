@@ -133,7 +133,6 @@ class StreamImages(NormalizeOnDevice):
         self._image_skips: SkipLog | None = None
         self._warned_epoch: int | None = None
         if keys:
-            self.work = "decode"  # num_workers="auto": decode work, as image folders
             if self.train_transforms is None:
                 self.train_transforms = default_train_transforms(image_size)
             if self.eval_transforms is None:
