@@ -31,11 +31,10 @@ from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
-from datamodules.core.skipped import Skipped
+from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.views import SplitView
 from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import ImageFolderIndex, scan_image_folder
-from datamodules.imaging.batches import SkipLog
 from datamodules.imaging.decoding import DECODABLE, IMG_EXTENSIONS
 from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
@@ -166,7 +165,8 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
             self.train_transforms = default_train_transforms(image_size)
         if self.eval_transforms is None:
             self.eval_transforms = default_eval_transforms(image_size)
-        self.skip_log: SkipLog | None = None
+        self.skip_channel: SkipChannel | None = None  # from the workers, with on_error="skip"
+        self._skipped = Skipped()
         self.index: ImageFolderIndex | None = None
 
     # ------------------------------------------------------------------ data
@@ -185,7 +185,7 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
                 f"find_samples() returned {type(self.index).__name__}: return an ImageFolderIndex."
             )
         if self.on_error == "skip":
-            self.skip_log = SkipLog()
+            self.skip_channel, self._skipped = SkipChannel(), Skipped()
         readable = sorted(set(self.index.ignored) & set(DECODABLE))
         if readable:
             counts = ", ".join(f"{ext}: {self.index.ignored[ext]}" for ext in readable)
@@ -225,7 +225,7 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
 
     def make_view(self, split: str, dataset: ImageFolderIndex, indices: torch.Tensor) -> SplitView:
         return ImageBatchView(
-            dataset, indices, self.transform_for(split), self.on_error, self.skip_log
+            dataset, indices, self.transform_for(split), self.on_error, self.skip_channel
         )
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
@@ -244,7 +244,7 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
 
     def make_loader(self, split: str) -> Any:
         loader = super().make_loader(split)
-        if self.skip_log is not None:
+        if self.skip_channel is not None:
             loader.on_epoch_end = self.report_skipped
         return loader
 
@@ -279,16 +279,15 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
     def skipped(self) -> Skipped:
         """``(path, reason)`` of every file skipped so far with ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list."""
-        if self.skip_log is None:
-            return Skipped()
-        self.skip_log.read_new()
-        return Skipped(self.skip_log.total)
+        if self.skip_channel is not None:
+            self.skip_channel.receive(self._skipped)
+        return self._skipped
 
     def report_skipped(self) -> None:
         """Warns about the files skipped since the last report (called at each epoch's end)."""
-        if self.skip_log is None:
+        if self.skip_channel is None:
             return
-        new = self.skip_log.read_new()
+        new = self.skip_channel.receive(self._skipped)
         if new:
             shown = "; ".join(f"{path} ({reason})" for path, reason in new[:5])
             more = f" and {len(new) - 5} more" if len(new) > 5 else ""
@@ -383,6 +382,6 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
             f"loader, {scaled} "
             f"on the device; on_error={self.on_error!r}"
         )
-        if self.skip_log is not None:
-            lines.append(f"  skipped so far: {len(self.skipped)} file(s)")
+        if self.skip_channel is not None:
+            lines.append(f"  skipped so far: {self.skipped.total} file(s)")
         return lines

@@ -11,7 +11,7 @@ batch them the same way:
 * :mod:`~datamodules.imaging.normalize`: the uint8 -> float conversion and normalisation done
   on the device (``on_after_batch_transfer``).
 * :mod:`~datamodules.imaging.batches`: decoded images written straight into a reused uint8
-  batch; the log of what ``on_error="skip"`` left out in the workers.
+  batch.
 
 It imports only :mod:`datamodules.core` and :mod:`collates`.
 """

@@ -70,9 +70,9 @@ from datamodules.core.base import FEW_WORKERS_WARNING, BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.quiet import HeldFilters
+from datamodules.core.skipped import Skipped
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_records
 from datamodules.streaming.arguments import (
@@ -289,7 +289,7 @@ class StreamingDataModule(
         self.dataset_factory = dataset_factory
         #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
         self.shards: dict[str, list[ShardIndex]] = {}
-        self._skips = SkipCounter()
+        self._skips = Skipped()
         # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
         # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
         # live persistent workers freed that way never gets its stop signal to the workers:
@@ -317,7 +317,7 @@ class StreamingDataModule(
         return sum(1 for _ in self.read_shard(path))
 
     @property
-    def skipped(self) -> SkipCounter:
+    def skipped(self) -> Skipped:
         """Bad records and unreadable shards left out under ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
         1,000), with complete counts per shard (``counts``, ``unreadable``)."""

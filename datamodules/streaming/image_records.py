@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from datamodules.imaging.batches import SkipLog
+from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
@@ -31,7 +31,6 @@ from datamodules.imaging.transforms import (
     default_eval_transforms,
     default_train_transforms,
 )
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.parquet import read_parquet
 from datamodules.shards.tar import read_tar
 from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
@@ -112,7 +111,7 @@ class StreamImages(NormalizeOnDevice):
 
     image_key: str | None
     on_error: str
-    _skips: SkipCounter
+    _skips: Skipped
 
     def _init_images(
         self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
@@ -130,7 +129,7 @@ class StreamImages(NormalizeOnDevice):
         self.normalize = normalize
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
-        self._image_skips: SkipLog | None = None
+        self._image_skips: SkipChannel | None = None
         self._warned_epoch: int | None = None
         if keys:
             if self.train_transforms is None:
@@ -145,7 +144,7 @@ class StreamImages(NormalizeOnDevice):
         if not self.image_keys:
             return reader, self.transform_for(split), self._collate_fn()
         if self.on_error == "skip" and self._image_skips is None:
-            self._image_skips = SkipLog()
+            self._image_skips = SkipChannel()
         collate = ImageRecordCollate(
             self.image_keys,
             self.label_key,
@@ -156,15 +155,12 @@ class StreamImages(NormalizeOnDevice):
         )
         return (None if reader is None else TaggedReader(reader)), self.transform, collate
 
-    def _drain_image_skips(self) -> SkipCounter:
+    def _drain_image_skips(self) -> Skipped:
         """``dm.skipped`` with the image records the workers left out so far added to it."""
-        counter = self._skips
-        log = getattr(self, "_image_skips", None)
-        if log is not None and log.has_new():
-            for shard, text in log.read_new():
-                where, _, reason = text.partition("\t")
-                counter.record(shard, where, reason)
-        return counter
+        channel = getattr(self, "_image_skips", None)
+        if channel is not None and channel.has_new():
+            channel.receive(self._skips)
+        return self._skips
 
     # ------------------------------------------------------------------ classes
     @property
@@ -221,20 +217,20 @@ class StreamImages(NormalizeOnDevice):
 
     def _report_image_skips(self) -> None:
         """Warns (once per epoch) when the workers left image records out."""
-        log = self._image_skips
-        if log is None or not log.has_new():
+        channel = self._image_skips
+        if channel is None or not channel.has_new():
             return
         before = self._skips.total
-        counter = self._drain_image_skips()
+        skipped = self._drain_image_skips()
         trainer = self._trainer()
         epoch = None if trainer is None else int(trainer.current_epoch)
         if epoch is not None and epoch == self._warned_epoch:
             return
         self._warned_epoch = epoch
-        shown = counter.messages[-1] if counter.messages else ""
+        shown = skipped.messages[-1] if skipped.messages else ""
         warnings.warn(
-            f"{type(self).__name__} left out {counter.total - before} bad image record(s) "
-            f"(on_error='skip'), {counter.total} so far, e.g. {shown}. All of them: dm.skipped.",
+            f"{type(self).__name__} left out {skipped.total - before} bad image record(s) "
+            f"(on_error='skip'), {skipped.total} so far, e.g. {shown}. All of them: dm.skipped.",
             RuntimeWarning,
             stacklevel=2,
         )
