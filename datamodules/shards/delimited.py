@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import csv
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.shards.errors import RecordError, SkipCounter
+from datamodules.shards.errors import RecordError
 from datamodules.shards.lines import ShardLines, bad_record, decoded_lines
 
 __all__ = ["DELIMITERS", "csv_header", "csv_rows"]
@@ -22,7 +23,7 @@ DELIMITERS = {"csv": ",", "tsv": "\t"}
 def csv_rows(
     lines: ShardLines,
     on_error: str,
-    counter: SkipCounter | None,
+    counter: Skipped | None,
     check: int = 0,
     header: list[str] | None = None,
     delimiter: str = ",",

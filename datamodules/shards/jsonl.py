@@ -34,7 +34,8 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.core.skipped import Skipped
+from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
 
 __all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
@@ -111,7 +112,7 @@ def parse_block(
     lines: Sequence[int],
     path: str,
     on_error: str,
-    counter: SkipCounter | None,
+    counter: Skipped | None,
     reason: Any,
     schema: Any = None,
 ) -> tuple[Any, list[Any] | None, Sequence[int]]:
@@ -160,7 +161,7 @@ def parse_block(
 def jsonl_blocks(
     lines: Any,
     on_error: str,
-    counter: SkipCounter | None,
+    counter: Skipped | None,
     check: int,
     n: int | None,
     reason: Any,
@@ -251,7 +252,7 @@ def json_reason(err: ValueError, raw: bytes) -> str:
     return f"invalid JSON: {err.msg} (column {err.colno})"
 
 
-def read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
+def read_jsonl(lines: ShardLines, on_error: str, counter: Skipped | None, check: int = 0):
     """JSONL records (blank lines are not records); line numbers only, for errors."""
     path, decode, line = lines.path, parse_line, lines.line
     try:

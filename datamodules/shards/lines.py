@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.files import decompress, open_binary
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.shards.errors import RecordError, ShardError
 
 __all__ = ["BOM", "ShardLines", "bad_record", "decoded_lines", "is_blank"]
 
@@ -76,9 +77,7 @@ class ShardLines:
         self.raw.close()
 
 
-def bad_record(
-    path: str, line: int, reason: str, on_error: str, counter: SkipCounter | None
-) -> None:
+def bad_record(path: str, line: int, reason: str, on_error: str, counter: Skipped | None) -> None:
     """A bad record: raised under ``"raise"``, counted under ``"skip"``."""
     if on_error == "raise":
         raise RecordError(path, line, reason)

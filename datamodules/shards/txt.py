@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.core.skipped import Skipped
+from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
 
 __all__ = ["read_txt"]
 
 
-def read_txt(lines: ShardLines, on_error: str, counter: SkipCounter | None, check: int = 0):
+def read_txt(lines: ShardLines, on_error: str, counter: Skipped | None, check: int = 0):
     """Text records: each non-blank line without its line break (a line that is empty or only
     whitespace is not a record, the rule of :mod:`~datamodules.shards.lines`)."""
     path, line = lines.path, lines.line

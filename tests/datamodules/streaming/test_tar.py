@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.shards.errors import RecordError, SkipCounter
+from datamodules.core.skipped import Skipped
+from datamodules.shards.errors import RecordError
 from datamodules.shards.formats import detect_format
 from datamodules.shards.index import index_shard
 from datamodules.shards.records import read_records
@@ -179,11 +180,11 @@ def test_a_bad_shard_raises_naming_shard_and_member_or_key(tmp_path: Path, case:
 @pytest.mark.parametrize("case", list(BAD))
 def test_skip_leaves_out_the_same_records_from_every_offset(tmp_path: Path, case: str) -> None:
     path, good = write_bad(tmp_path, case)
-    counter = SkipCounter()
+    counter = Skipped()
     index = index_shard(str(path), on_error="skip", cache_dir=False, counter=counter)
     assert index.count == len(good) and counter.total == index.skipped == 1
     assert str(path) in counter.messages[0]
-    direct = SkipCounter()  # no index: the reader finds the same bad record itself
+    direct = Skipped()  # no index: the reader finds the same bad record itself
     assert ids(read_records(str(path), on_error="skip", counter=direct)) == good
     assert direct.total == 1
     for start in range(0, len(good), 3):
