@@ -73,8 +73,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Ours: every import of the tar modules is here (they are moving to datamodules/shards/).
-from datamodules.streaming.tar import (  # noqa: E402
+# Ours: every import of the tar modules is here.
+from datamodules.shards.tar import (  # noqa: E402
     INT_EXTENSIONS,
     REFUSED_EXTENSIONS,
     TEXT_EXTENSIONS,
@@ -84,8 +84,8 @@ from datamodules.streaming.tar import (  # noqa: E402
     scan_tar,
     split_name,
 )
-from datamodules.streaming.tar_members import TarMembers  # noqa: E402
-from datamodules.streaming.writer import tar_header, write_shards  # noqa: E402
+from datamodules.shards.tar_members import TarMembers  # noqa: E402
+from datamodules.shards.writer import tar_header, write_shards  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)
