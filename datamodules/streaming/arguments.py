@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamodules.core.hardware import TUNE
+from datamodules.core.mixture import Source, check_sources
 from datamodules.remote.cache import parse_size
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import check_not_pipe
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
 from datamodules.shards.formats import FORMATS
-from datamodules.streaming.engine.mixing import Source, check_sources
 
 __all__ = [
     "check_callable",
@@ -42,6 +42,9 @@ def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
     if isinstance(value, Sequence) and value and any(isinstance(v, Source) for v in value):
         if not all(isinstance(v, Source) for v in value):
             raise TypeError(f"{name}: give a list of Sources or of paths, not both: {value!r}.")
+        for source in value:
+            for path in source.paths:
+                check_not_pipe(path, "Source files")
         return check_sources(value, name)
     items = [value] if isinstance(value, (str, os.PathLike)) else value
     ok = isinstance(items, Sequence) and all(isinstance(v, (str, os.PathLike)) for v in items)

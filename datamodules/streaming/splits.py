@@ -3,8 +3,9 @@
 :class:`StreamSplits` is mixed into :class:`~datamodules.StreamingDataModule`. ``setup`` lists
 each split's shards (globs, directories, URLs; ``storage_options`` reach fsspec) and indexes
 them once (record counts and seek offsets, cached on disk). A split given as a list of
-:class:`~datamodules.streaming.engine.mixing.Source` keeps, beside its flat shard list, each
-source's shards and its quota of records per epoch (:attr:`StreamSplits.mixes`).
+:class:`~datamodules.Source` keeps, beside its flat shard list, each source's shards
+(:attr:`StreamSplits.mixes`) and its :class:`~datamodules.core.mixture.Mixture`: the records
+each source gives per epoch (:meth:`StreamSplits.quotas`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from datamodules.core.mixture import MixEntry, Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex, index_shards
-from datamodules.streaming.engine.mixing import Source, StreamSource, quotas
+from datamodules.streaming.engine.mixing import StreamSource
 
 __all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
 
@@ -37,20 +39,28 @@ class SplitSource:
     """One source of a mixed split, once indexed.
 
     Attributes:
-        source: The :class:`~datamodules.streaming.engine.mixing.Source` as given.
+        source: The :class:`~datamodules.Source` as given.
         shards: Positions of its shards in the split's shard list.
         records: Its records.
-        quota: Its records per epoch.
+        hidden: A source removed from the mix since the checkpoint this run resumed, read
+            only to end the epoch that checkpoint interrupted.
     """
 
     source: Source
     shards: tuple[int, ...]
     records: int
-    quota: int
+    hidden: bool = False
 
     def engine(self) -> StreamSource:
         """What the stream engine needs of it."""
-        return StreamSource(self.source.label, self.shards, self.quota)
+        return StreamSource(self.source.label, self.shards)
+
+    def entry(self, shards: list[ShardIndex], weighted: bool) -> MixEntry:
+        """What a :class:`~datamodules.core.mixture.Mixture` needs of it."""
+        listing = [[shards[k].path, shards[k].count] for k in self.shards]
+        s = self.source
+        weight, repeat = (s.weight, s.repeat) if weighted else (None, None)
+        return MixEntry(s.label, weight, repeat, self.records, listing, self.hidden)
 
 
 class StreamSplits:
@@ -58,6 +68,8 @@ class StreamSplits:
 
     files: dict[str, Any]
     shards: dict[str, list[ShardIndex]]
+    mixes: dict[str, list[SplitSource]]
+    mixtures: dict[str, Mixture]
     skipped: Skipped
 
     def setup(self, stage: str | None = None) -> None:
@@ -116,7 +128,7 @@ class StreamSplits:
                         )
                     owner[path] = source.label
             shards = self._index_paths([p for paths in listed for p in paths], name)
-            self.mixes[split] = self._mix(split, given, listed, shards)
+            self.mixes[split] = self._mix(given, listed, shards)
         else:
             shards = self._index_paths(self._list(given, name), name)
         self._check_columns(shards, name)
@@ -126,8 +138,12 @@ class StreamSplits:
                 raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
             rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
         self.shards[split] = shards
+        if split in self.mixes:
+            self._set_mixture(split)
         if split == "train":
             self.fingerprint = self._fingerprint()
+            if self._mix_resume is not None:
+                self._apply_mix_resume()
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
@@ -146,36 +162,86 @@ class StreamSplits:
                 )
 
     def _mix(
-        self, split: str, given: list[Source], listed: list[list[str]], shards: list[ShardIndex]
+        self, given: list[Source], listed: list[list[str]], shards: list[ShardIndex]
     ) -> list[SplitSource]:
         position = {s.path: k for k, s in enumerate(shards)}
         owned = [tuple(position[p] for p in paths) for paths in listed]
         records = [sum(shards[k].count for k in own) for own in owned]
-        # Evaluation splits read every source once.
-        quota = quotas(given, records, self.epoch_size) if split == "train" else records
-        return [
-            SplitSource(s, own, n, q)
-            for s, own, n, q in zip(given, owned, records, quota, strict=True)
-        ]
+        return [SplitSource(s, own, n) for s, own, n in zip(given, owned, records, strict=True)]
+
+    def _set_mixture(self, split: str) -> None:
+        """The split's :class:`~datamodules.core.mixture.Mixture` from its sources (evaluation
+        splits read every source once)."""
+        train = split == "train"
+        entries = [m.entry(self.shards[split], train) for m in self.mixes[split]]
+        self.mixtures[split] = Mixture(entries, self.epoch_size if train else None)
+        if train:
+            self._resumed_mixture = None
+
+    def mixture(self, split: str) -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of a split of Sources (None for
+        plain files): for ``"train"`` after a resume, the checkpoint's mix continued."""
+        self._index(split)
+        if split == "train" and self._resumed_mixture is not None:
+            return self._resumed_mixture
+        return self.mixtures.get(split)
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The records each source gives in ``epoch``, by source name (known before training:
+        weights or schedules, repeats, ``epoch_size``; evaluation splits read every source once).
+
+        Raises:
+            ValueError: The split is not a list of Sources.
+        """
+        mixture = self.mixture(split)
+        if mixture is None:
+            raise ValueError(
+                f"{split}_files is not a list of Sources: it has no quotas (its records per "
+                f"epoch: split_size({split!r}))."
+            )
+        return mixture.by_name(epoch)
+
+    def source_names(self, split: str) -> list[str]:
+        """The names of a split's Sources, in order (the order of the loaders with
+        ``eval_per_source=True``); empty for plain files."""
+        given = self.files[split]
+        if not given or not isinstance(given[0], Source):
+            return []
+        return [s.label for s in given]
 
     def _fingerprint(self) -> str | None:
         shards = self.shards.get("train")
         if not shards:
             return None
-        listing: list[Any] = [[s.path, s.count] for s in shards]
         mix = self.mixes.get("train")
-        if mix is not None:  # the quotas shape the epochs as much as the shards do
-            listing.append([[m.source.label, list(m.shards), m.quota] for m in mix])
+        if mix is not None:  # each source's shards; a resume checks them source by source
+            listing: list[Any] = [
+                [m.source.label, [[shards[k].path, shards[k].count] for k in m.shards]]
+                for m in mix
+                if not m.hidden
+            ]
+            return "mix-" + hashlib.sha1(json.dumps(listing).encode()).hexdigest()[:12]
+        listing = [[s.path, s.count] for s in shards]
         return hashlib.sha1(json.dumps(listing).encode()).hexdigest()[:16]
+
+    def _current_epoch(self) -> int:
+        stream = getattr(self, "_train_stream", None)
+        if stream is not None:
+            return int(stream.epoch)
+        trainer = self._trainer()
+        return 0 if trainer is None else int(trainer.current_epoch)
 
     def split_size(self, split: str) -> int:
         """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
-        shards' records, or for mixed sources the sum of their quotas; indexes it."""
+        shards' records, or for mixed sources the sum of their quotas (train: in the current
+        epoch); indexes it."""
         if self.dataset_factory is not None:
             raise TypeError("the size of a dataset_factory split is not known in advance.")
         shards = self._index(split)
-        mix = self.mixes.get(split)
-        return sum(m.quota for m in mix) if mix is not None else sum(s.count for s in shards)
+        mixture = self.mixture(split)
+        if mixture is None:
+            return sum(s.count for s in shards)
+        return mixture.total(self._current_epoch() if split == "train" else 0)
 
     def _has(self, split: str) -> bool:
         if self.dataset_factory is not None:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.streaming.engine.mixing import Source, check_sources, epoch_pieces, quotas
+from datamodules.core.mixture import Source, check_sources, quotas
+from datamodules.streaming.engine.mixing import epoch_pieces
 
 
 def record_ids(pieces, counts) -> list[tuple[int, int]]:
@@ -50,7 +51,10 @@ def test_bad_mixes_name_the_sources(sources, match) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"weight": 0}, r"weight=0 is not accepted: use a number > 0"),
+        ({"weight": -1}, r"weight=-1 is not accepted: use a number >= 0 or a schedule"),
+        ({"weight": [[0, 1], [0, 2]]}, r"the epochs of a schedule must increase"),
+        ({"weight": [[0, -1]]}, r"weight=\[\[0, -1\]\] is not accepted"),
+        ({"weight": [[0, 1, 2]]}, r"is not accepted: use a number >= 0 or a schedule"),
         ({"repeat": -1}, r"repeat=-1 is not accepted: use a number >= 0"),
         ({"weight": 1, "repeat": 1}, r"give one of them"),
         ({"weight": "7"}, r"weight='7' is not accepted"),
@@ -77,7 +81,8 @@ def test_quotas_are_exact_and_passes_never_repeat_a_record_early(counts, data) -
     quota = [data.draw(st.integers(0, 3 * n)) if n else 0 for n in sizes]
     seen: list[list[int]] = [[] for _ in counts]
     for epoch in range(4):
-        pieces = epoch_pieces(counts, quota, seed=7, epoch=epoch)
+        plan = [(s, epoch * q, q) for s, q in enumerate(quota)]
+        pieces = epoch_pieces(counts, plan, seed=7, epoch=epoch)
         ids = record_ids(pieces, counts)
         assert Counter(s for s, _ in ids) == Counter({s: q for s, q in enumerate(quota) if q})
         for s, i in ids:
@@ -95,7 +100,13 @@ def test_a_downsampled_source_continues_where_it_stopped() -> None:
     counts = [[30, 20], [10]]
     quota = [20, 10]  # source 0: 20 of its 50 records per epoch
     epochs = [
-        [i for s, i in record_ids(epoch_pieces(counts, quota, 3, e), counts) if s == 0]
+        [
+            i
+            for s, i in record_ids(
+                epoch_pieces(counts, [(k, e * q, q) for k, q in enumerate(quota)], 3, e), counts
+            )
+            if s == 0
+        ]
         for e in range(5)
     ]
     assert sorted(epochs[0] + epochs[1] + epochs[2][:10]) == list(range(50))  # one pass first
@@ -104,11 +115,12 @@ def test_a_downsampled_source_continues_where_it_stopped() -> None:
 
 def test_sources_interleave_and_the_order_is_seeded() -> None:
     counts = [[2000], [2000]]
-    pieces = epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, chunk=100)
+    plan = [(0, 0, 2000), (1, 0, 2000)]
+    pieces = epoch_pieces(counts, plan, seed=1, epoch=0, chunk=100)
     sources = [p.source for p in pieces]
     switches = sum(1 for a, b in zip(sources, sources[1:], strict=False) if a != b)
     assert switches >= 10  # interleaved, not one source after the other
-    assert pieces == epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, chunk=100)
-    assert pieces != epoch_pieces(counts, [2000, 2000], seed=1, epoch=1, chunk=100)
-    plain = epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, shuffle=False)
+    assert pieces == epoch_pieces(counts, plan, seed=1, epoch=0, chunk=100)
+    assert pieces != epoch_pieces(counts, plan, seed=1, epoch=1, chunk=100)
+    plain = epoch_pieces(counts, plan, seed=1, epoch=0, shuffle=False)
     assert [(p.source, p.start, p.stop) for p in plain] == [(0, 0, 2000), (1, 0, 2000)]
