@@ -182,7 +182,7 @@ class TextBlends(MixLogging):
 
     def blend_sampler(self, split: str, view: Any, rank: int, world: int) -> MixedSampler:
         """The blend's batch sampler for this rank."""
-        return MixedSampler(
+        sampler = MixedSampler(
             view.mixture,
             self.batch_size,
             shuffle=view.units[0].shuffle if view.units else False,
@@ -191,6 +191,8 @@ class TextBlends(MixLogging):
             num_replicas=world,
             rank=rank,
         )
+        sampler.unit = "row" if self.packing else "document"  # for summary()
+        return sampler
 
     # ------------------------------------------------------------------ quotas and names
     def mixture(self, split: str) -> Mixture | None:
