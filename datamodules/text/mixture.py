@@ -217,10 +217,9 @@ class _MixedView(SplitView):
 
     def layout(self, epoch: int) -> Any:
         """The epoch's layout (built once per epoch and worker, two kept)."""
-        key = epoch if self.units[0].shuffle else 0
-        cached = self._epochs.get(key)
+        cached = self._epochs.get(epoch)
         if cached is None:
-            cached = self._epochs[key] = self._build(epoch)
+            cached = self._epochs[epoch] = self._build(epoch)
             while len(self._epochs) > 2:
                 self._epochs.popitem(last=False)
         return cached
@@ -355,14 +354,15 @@ class MixedSampler(IndexBatchSampler):
         super().__init__(mixture.total(0), batch_size, shuffle=shuffle, **kwargs)
 
     def permutation(self, epoch: int) -> torch.Tensor:
-        """The epoch's units, shuffled, each id carrying the epoch (``epoch << 32 | unit``)."""
+        """The epoch's units (shuffled from ``seed + epoch`` when shuffling), each id carrying
+        its epoch (``epoch << 32 | unit``): a schedule gives every epoch other units."""
         n = self.dataset_size
         if self.mixture.total(epoch) != n:
             raise ValueError(
                 f"epoch {epoch} of the blend has {self.mixture.total(epoch)} units, not {n}."
             )
         if not self.shuffle:
-            return torch.arange(n, dtype=torch.int64)
+            return torch.arange(n, dtype=torch.int64) + (epoch << EPOCH_SHIFT)
         generator = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(n, generator=generator) + (epoch << EPOCH_SHIFT)
 
