@@ -106,42 +106,58 @@ def blend_parts(datasets: Any) -> list[Any]:
 
 
 class MultiBuffer:
-    """Token buffers end to end as one virtual buffer, each read in place.
+    """The sources' token buffers, read as one: offsets are within each source's buffer, and
+    a read's rows (``width`` ids each) come grouped by source, in the order :meth:`expect`
+    was told, each group one ``take`` of its buffer.
 
-    Reads take a flat index whose rows (``width`` ids each) are grouped by buffer, in the
-    order :meth:`expect` was told; each group is one ``take`` of its buffer.
+    The buffers are plain views of the sources' (memory-mapped) arrays, so a take does not
+    go through ``np.memmap``'s per-result bookkeeping; the view is rebuilt from the sources
+    after unpickling, never pickled itself.
     """
 
     def __init__(self, buffers: list[np.ndarray]) -> None:
-        self.buffers = buffers
-        self.bases = np.zeros(len(buffers) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in buffers], out=self.bases[1:])
-        self._groups: list[tuple[int, int, int]] = []
-        self.dtype = np.result_type(*[b.dtype for b in buffers]) if buffers else np.int64
+        self.buffers = [np.asarray(b) for b in buffers]
+        self.size = sum(len(b) for b in buffers)
+        dtypes = {b.dtype for b in self.buffers}
+        self.dtype = dtypes.pop() if len(dtypes) == 1 else np.dtype(np.int64)
+        self._groups: list[tuple[int, int, int]] = [(0, 0, 0)]
 
     def __len__(self) -> int:
-        return int(self.bases[-1])
+        return self.size
 
     def expect(self, groups: list[tuple[int, int, int]]) -> None:
-        """The next read's row groups: ``(buffer, first row, end row)``."""
+        """The next read's row groups: ``(source, first row, end row)``."""
         self._groups = groups
 
     def take(self, index: np.ndarray, mode: str = "clip") -> np.ndarray:
-        """The ids at ``index`` (virtual positions, grouped as :meth:`expect` said)."""
+        """The ids at ``index`` (offsets within each row's source buffer)."""
         groups = self._groups
         if len(groups) == 1:
-            s = groups[0][0]
-            return self.buffers[s].take(index - self.bases[s], mode=mode)
-        rows = groups[-1][2]
-        width = len(index) // rows if rows else 0
-        out = np.empty(len(index), dtype=np.int64)
+            return self.buffers[groups[0][0]].take(index, mode=mode)
+        width = len(index) // groups[-1][2]
+        out = np.empty(len(index), dtype=self.dtype)
         for s, lo, hi in groups:
-            part = index[lo * width : hi * width] - self.bases[s]
-            out[lo * width : hi * width] = self.buffers[s].take(part, mode=mode)
+            part = slice(lo * width, hi * width)
+            np.take(self.buffers[s], index[part], out=out[part], mode=mode)
         return out
 
     def __getitem__(self, index: np.ndarray) -> np.ndarray:
         return self.take(index.reshape(-1)).reshape(index.shape)
+
+
+def _groups(rows: list[int], sources: list[int]) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """A batch's rows grouped by source (stable), and the groups ``(source, first, end)``."""
+    first = sources[0]
+    if all(s == first for s in sources):
+        return rows, [(first, 0, len(rows))]
+    order = sorted(range(len(rows)), key=sources.__getitem__)
+    rows = [rows[i] for i in order]
+    groups, start = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or sources[order[i]] != sources[order[start]]:
+            groups.append((sources[order[start]], start, i))
+            start = i
+    return rows, groups
 
 
 def _name_seed(seed: int, name: str) -> int:
@@ -210,7 +226,7 @@ class _MixedView(SplitView):
         super().__init__(torch.arange(mixture.total(0), dtype=torch.int64), transform)
         self.encoded, self.docs, self.units, self.mixture = encoded, docs, units, mixture
         self.pad_id = pad_id
-        self.tokens = MultiBuffer([e.tokens_np for e in encoded])
+        self._tokens: MultiBuffer | None = None
         self.doc_bases = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(d) for d in docs], out=self.doc_bases[1:])
         self._epochs: OrderedDict[int, Any] = OrderedDict()
@@ -224,27 +240,31 @@ class _MixedView(SplitView):
                 self._epochs.popitem(last=False)
         return cached
 
+    @property
+    def tokens(self) -> MultiBuffer:
+        """The sources' token buffers as one (see :class:`MultiBuffer`)."""
+        if self._tokens is None:
+            self._tokens = MultiBuffer([e.tokens_np for e in self.encoded])
+        return self._tokens
+
     def _build(self, epoch: int) -> Any:
         raise NotImplementedError
 
-    def _grouped(self, batch: torch.Tensor, unit_source: np.ndarray) -> tuple[int, np.ndarray]:
+    def _grouped(self, batch: torch.Tensor, unit_source: list[int]) -> tuple[int, list[int]]:
         """The batch's epoch and its units grouped by source; tells the buffer the groups."""
-        ids = batch.numpy()
-        epoch = int(ids[0] >> EPOCH_SHIFT) if len(ids) else 0
-        rows = ids & UNIT_MASK
-        sources = unit_source[rows]
-        if len(rows) and sources.min() != sources.max():
-            order = np.argsort(sources, kind="stable")
-            rows, sources = rows[order], sources[order]
-        cuts = np.flatnonzero(np.diff(sources)) + 1
-        bounds = [0, *cuts.tolist(), len(rows)]
-        groups = [(int(sources[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        self.tokens.expect(groups or [(0, 0, 0)])
-        return epoch, rows
+        ids = batch.tolist()
+        if not ids:
+            self.tokens.expect([(0, 0, 0)])
+            return 0, []
+        rows = [i & UNIT_MASK for i in ids]
+        rows, groups = _groups(rows, [unit_source[r] for r in rows])
+        self.tokens.expect(groups)
+        return ids[0] >> EPOCH_SHIFT, rows
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_epochs"] = OrderedDict()  # workers lay out the epochs they need
+        state["_tokens"] = None  # views of the sources' maps: rebuilt, never pickled
         return state
 
 
@@ -266,7 +286,7 @@ class MixedPackedView(_MixedView):
             piece = np.repeat(first - np.cumsum(n) + n, n) + np.arange(total)
             local = self.docs[s][plan.doc[piece]]
             docs_out.append(self.doc_bases[s] + plan.doc[piece])
-            offsets.append(self.tokens.bases[s] + self.encoded[s].offsets_np[local])
+            offsets.append(self.encoded[s].offsets_np[local])  # within its own buffer
             starts.append(plan.start[piece])
             lengths.append(plan.length[piece])
             counts.append(n)
@@ -282,14 +302,14 @@ class MixedPackedView(_MixedView):
         cells = table.cells[1]
         real = cells >= 0
         cells[real] = documents[cells[real]]  # piece -> its document in the blend
-        return table, cat(row_source)
+        return table, cat(row_source).tolist()
 
     def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
         if isinstance(batch, list):  # several batches for one worker message
             return [self[b] for b in batch]
         table, row_source = self.layout(int(batch[0]) >> EPOCH_SHIFT if len(batch) else 0)
         _, rows = self._grouped(batch, row_source)
-        out = gather_rows(self.tokens, table, rows.tolist(), self.pad_id)  # type: ignore[arg-type]
+        out = gather_rows(self.tokens, table, rows, self.pad_id)  # type: ignore[arg-type]
         return self.transform(out) if self.transform is not None else out
 
 
@@ -315,18 +335,18 @@ class MixedDocView(_MixedView):
         for s, _, units in _mixed_units(self.units, self.mixture, epoch):
             local = self.docs[s][units]
             lengths.append(self.encoded[s].lengths_np[local])
-            offsets.append(self.tokens.bases[s] + self.encoded[s].offsets_np[local])
+            offsets.append(self.encoded[s].offsets_np[local])  # within its own buffer
             sources.append(np.full(len(units), s, dtype=np.int64))
             if self.labelled:
                 labels.append(self.encoded[s].labels_np[local])
         cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
         docs = _EpochDocs(self.tokens, cat(lengths), cat(offsets))
-        return docs, cat(sources), cat(labels) if self.labelled else None
+        return docs, cat(sources).tolist(), cat(labels) if self.labelled else None
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         docs, sources, labels = self.layout(int(batch[0]) >> EPOCH_SHIFT if len(batch) else 0)
         _, rows = self._grouped(batch, sources)
-        index = torch.from_numpy(rows)
+        index = torch.tensor(rows, dtype=torch.int64)
         ids, mask, lengths = gather_padded(docs, index, self.pad_id, self.padding_side, self.pad_to)  # type: ignore[arg-type]
         out = {"input_ids": ids}
         if labels is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from datamodules.core.mixture import Mixture
-from datamodules.streaming.engine.layout import Plan
+from datamodules.streaming.engine.layout import Plan, order_pieces
 from datamodules.streaming.engine.mixing import StreamSource, epoch_pieces
 
 __all__ = ["MixedStream", "interrupted"]
@@ -39,6 +39,7 @@ class MixedStream:
     :class:`~datamodules.streaming.engine.stream.ShardedStream` (a mixin)."""
 
     sources: list[StreamSource] | None
+    reader: Any
     counts: list[int]
     paths: list[str]
     epoch: int
@@ -116,6 +117,25 @@ class MixedStream:
             (self.sources[p.source].shards[p.shard], p.start, p.stop, p.source)
             for p in epoch_pieces(counts, plan, self.seed, epoch, self.shuffle, names=names)
         ]
+
+    def _expect_reads(
+        self, order: list[tuple[int, int, int, int]], cum: list[int], u: int, v: int
+    ) -> None:
+        """Tells a reader that continues reads (a mixed stream's) which range of each shard
+        positions ``[u, v)`` read, so that it reads no further ahead."""
+        expect = getattr(self.reader, "expect", None)
+        if expect is None or not getattr(self.reader, "continues", False):
+            return
+        extents: dict[str, list[list[int]]] = {}
+        for shard, first, stop, _ in order_pieces(order, cum, u, v):
+            ranges = extents.setdefault(self.paths[shard], [])
+            for extent in ranges:
+                if extent[1] == first:
+                    extent[1] = stop
+                    break
+            else:
+                ranges.append([first, stop])
+        expect({p: [(a, b) for a, b in r] for p, r in extents.items()})
 
     # ------------------------------------------------------------------ state
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:

@@ -9,9 +9,12 @@ mix on resume). This module turns an epoch's plan into records:
   takes positions ``[start, start + quota)`` of that run (:func:`source_run`), so a source
   drawn below one pass per epoch continues next epoch where it stopped (each of its records
   is seen once before any is seen twice), and one drawn above it starts a new, reshuffled pass;
-* the epoch's record sequence interleaves the sources' draws in chunks of a few hundred
-  records, in an order shuffled from ``(seed, epoch)``, so every stretch of the sequence (and,
-  after the workers' shuffle buffers, every batch) mixes the sources in proportion.
+* the epoch's record sequence interleaves the sources' draws in chunks (about 1/32 of the
+  epoch: at least 256 records, at most 8,192), in an order shuffled from ``(seed, epoch)``, so
+  every stretch of the sequence (and, after the workers' shuffle buffers, every batch) mixes
+  the sources in proportion. A worker reads a shard's chunks as one read continued
+  (:mod:`~datamodules.streaming.engine.continued`): mixing costs no extra seeks, and chunks
+  large enough keep the blocks of columns large.
 
 The sequence is a list of :class:`Piece` (a run of consecutive records of one shard), which the
 stream engine splits over ranks and workers as it splits a single source's shards, so the
@@ -34,8 +37,9 @@ __all__ = [
     "source_run",
 ]
 
-#: Records per chunk of one source in the interleaved sequence.
-CHUNK = 256
+#: Records per chunk of one source in the interleaved sequence: about the epoch / CHUNKS,
+#: within [CHUNK, MAX_CHUNK] (small chunks mix finely, large ones read in large blocks).
+CHUNK, MAX_CHUNK, CHUNKS = 256, 8192, 32
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def epoch_pieces(
     seed: int,
     epoch: int,
     shuffle: bool = True,
-    chunk: int = CHUNK,
+    chunk: int | None = None,
     names: Sequence[str] | None = None,
 ) -> list[Piece]:
     """The epoch's record sequence over all sources, interleaved (see the module docstring).
@@ -119,7 +123,7 @@ def epoch_pieces(
         epoch: The epoch.
         shuffle: Shuffle shard orders and the interleaving; False (eval splits): each source
             in turn, in file order.
-        chunk: Records per chunk of the interleaving.
+        chunk: Records per chunk of the interleaving (default: see :data:`CHUNK`).
         names: Per source, what seeds its passes (default: its position).
     """
     runs = []
@@ -129,6 +133,8 @@ def epoch_pieces(
         runs.append([Piece(s, p.shard, p.start, p.stop) for p in run])
     if not shuffle:
         return [piece for run in runs for piece in run]
+    if chunk is None:
+        chunk = max(CHUNK, min(MAX_CHUNK, sum(q for _, _, q in plan) // CHUNKS))
     chunks = [chunked(run, chunk) for run in runs]
     labels = [k for k, source_chunks in enumerate(chunks) for _ in source_chunks]
     random.Random(f"{seed}:mix:{epoch}").shuffle(labels)

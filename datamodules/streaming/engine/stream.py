@@ -186,6 +186,8 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
         self.columnar = bool(columnar)
         if self.sources is not None:
             check_stream_sources(self.sources, len(self.paths))
+            if hasattr(self.reader, "continues"):  # it reads shards in chunks: continue them
+                self.reader.continues = True
         self._init_mix(mix)
         self.num_padded, self.num_dropped = self._plan.padded, self._plan.dropped
         if self.num_padded:
@@ -352,6 +354,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
         order, cum = self._order(epoch)
         if seq is None:
             self._plan_reads(order, cum, span.base + np.arange(span.n))
+            self._expect_reads(order, cum, span.base, span.base + span.n)
 
             def read_from(i: int) -> Iterator[Any]:
                 return self._read(order, cum, span.base + i, span.base + span.n)
