@@ -86,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Trains, printing each epoch's quotas and validation loss per source; returns them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--rows", type=int, default=480, help="packed rows per epoch")
+    parser.add_argument("--rows", type=int, default=320, help="packed rows per epoch")
     parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--max-files", type=int, default=300)
+    parser.add_argument("--max-files", type=int, default=200)
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--val-batches", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
