@@ -44,6 +44,7 @@ from datamodules.shards.tar import scan_tar
 __all__ = [
     "count_records",
     "default_cache_dir",
+    "index_from_json",
     "index_shard",
     "index_shards",
     "remember",
@@ -210,14 +211,24 @@ def _load_file(file: str, path: str) -> ShardIndex | None:
         return None
     try:
         with open(file) as f:
-            data = json.load(f)
-        data["path"] = path
-        for name in ("offsets", "lines", "columns", "bad_offsets"):
-            data[name] = tuple(data.get(name, ()))
-        data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
-        return ShardIndex(**data)
+            return index_from_json(json.load(f), path)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def index_from_json(data: dict[str, Any], path: str | None = None) -> ShardIndex:
+    """A :class:`ShardIndex` from its JSON form (``dataclasses.asdict``), named ``path``.
+
+    Raises:
+        TypeError: Not such a form.
+    """
+    data = dict(data)
+    if path is not None:
+        data["path"] = path
+    for name in ("offsets", "lines", "columns", "bad_offsets"):
+        data[name] = tuple(data.get(name, ()))
+    data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
+    return ShardIndex(**data)
 
 
 def _store_cached(key: str, cache_dir: Any, index: ShardIndex) -> None:
