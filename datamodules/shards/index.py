@@ -26,6 +26,7 @@ from typing import Any
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
+from datamodules.remote.versions import expect
 from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import (
     KEEP_MESSAGES,
@@ -122,6 +123,7 @@ def index_shard(
             if counter is not None:
                 counter.add_index(index)
             return index
+    expect(path, None)  # what a reader expected of an older version does not bind the scan
     try:
         index = _scan(path, fmt, compression, mode, options)
     except ShardError as err:
