@@ -30,10 +30,11 @@ shard's first piece from its beginning: one shard per worker and epoch).
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import json
 import os
 import posixpath
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlparse, urlunparse
@@ -64,8 +65,21 @@ SEEK_BUDGET = 1 << 20
 PROBLEMS = 5
 #: Keys of a wids entry that are not ours.
 _WIDS_KEYS = {"url", "nsamples", "filesize", "md5sum", "name", "weight", "dataset", "source_url"}
-#: A URL that may not be simply appended to its base (a scheme, an absolute path, ``..``).
-_NOT_SIMPLE = re.compile(r":|//|\\|(?:^|/)\.|^/", re.M)
+#: What makes a URL not simply appended to its base: a scheme, an absolute path, ``.`` / ``..``.
+_NOT_SIMPLE = (":", "//", "\\", "/.", "\n.", "\n/")
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while millions of small containers are built (each
+    full collection would walk all of them again: the most of the time at a million shards)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def is_index_spec(spec: str) -> bool:
@@ -227,6 +241,11 @@ def parse_dataset_index(
         ValueError: Not a wids shard index (naming the file and what it lacks), an entry
             without ``url`` / ``nsamples``, or bad records under ``on_error="raise"``.
     """
+    with paused_gc():
+        return _parse(data, spec, fmt, on_error)
+
+
+def _parse(data: bytes, spec: str, fmt: str | None, on_error: str) -> ShardTable:
     try:
         doc = _loads(data)
     except ValueError as err:
@@ -248,21 +267,29 @@ def parse_dataset_index(
         raise ValueError(f"dataset index {spec} lists no shards ('shardlist' is empty).")
     try:
         urls = [e["url"] for e in entries]
-        counts = [int(e["nsamples"]) for e in entries]
-    except (KeyError, TypeError, ValueError):
+        counts = [e["nsamples"] for e in entries]
+        if not all(type(n) is int and n >= 0 for n in counts):  # (not a bool)
+            raise TypeError
+        if not all(type(u) is str for u in urls):
+            raise TypeError
+    except (KeyError, TypeError):
         bad = next(
             k
             for k, e in enumerate(entries)
-            if not isinstance(e, dict) or "url" not in e or "nsamples" not in e
+            if not isinstance(e, dict)
+            or not isinstance(e.get("url"), str)
+            or type(e.get("nsamples")) is not int
+            or e["nsamples"] < 0
         )
         raise ValueError(
-            f"dataset index {spec}: shard entry {bad} needs 'url' and 'nsamples': {entries[bad]!r}."
+            f"dataset index {spec}: shard entry {bad} needs 'url' (a string) and 'nsamples' "
+            f"(a count): {entries[bad]!r}."
         ) from None
     sizes = [e.get("filesize") for e in entries]
     ours = isinstance(doc.get(OURS), dict)
-    extras = [e if len(e) > 3 and not _WIDS_KEYS.issuperset(e) else None for e in entries]
-    if not any(extras):
-        extras = []
+    extras: list[dict[str, Any] | None] = []
+    if any(len(e) > 3 for e in entries):  # keys beyond wids' three: ours, kept per shard
+        extras = [e if len(e) > 3 and not _WIDS_KEYS.issuperset(e) else None for e in entries]
     base = _base(spec if is_remote(spec) else local_path(spec), doc)
     del entries, doc
     paths = _resolve_all(base, urls)
@@ -289,7 +316,8 @@ def _resolve_all(base: str, urls: list[str]) -> list[str]:
         parsed = urlparse(base)
         norm = posixpath.normpath(parsed.path) if parsed.path else ""
         prefix = parsed._replace(path=norm).geturl().rstrip("/") + "/"
-    if not _NOT_SIMPLE.search("\n".join(urls)):
+    blob = "\n".join(urls)
+    if not blob.startswith((".", "/")) and not any(mark in blob for mark in _NOT_SIMPLE):
         return [prefix + u for u in urls]
     return [resolve_url(base, u) for u in urls]
 

@@ -23,7 +23,12 @@ from typing import Any
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from datamodules.remote.listing import expand_files as list_files
-from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
+from datamodules.shards.dataset_index import (
+    ShardTable,
+    is_index_spec,
+    parse_dataset_index,
+    paused_gc,
+)
 from datamodules.shards.errors import SkipCounter
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex
@@ -241,7 +246,8 @@ class StreamSplits:
         shards = self.shards.get("train")
         if not shards:
             return None
-        listing: list[Any] = [[p, n] for p, n in zip(shards.paths, shards.counts, strict=True)]
+        with paused_gc():  # a million small lists
+            listing: list[Any] = list(map(list, zip(shards.paths, shards.counts, strict=True)))
         mix = self.mixes.get("train")
         if mix is not None:  # the quotas shape the epochs as much as the shards do
             listing.append([[m.source.label, list(m.shards), m.quota] for m in mix])
