@@ -18,17 +18,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from datamodules.remote.listing import expand_files as list_files
-from datamodules.shards.dataset_index import (
-    ShardTable,
-    is_index_spec,
-    parse_dataset_index,
-    paused_gc,
-)
+from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
 from datamodules.shards.errors import SkipCounter
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex
@@ -211,7 +207,7 @@ class StreamSplits:
             rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
         self.shards[split] = shards
         if split == "train":
-            self.fingerprint = self._fingerprint()
+            self.__dict__["_fingerprint_due"] = True  # (see fingerprint)
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
@@ -242,16 +238,32 @@ class StreamSplits:
             for s, own, n, q in zip(given, owned, records, quota, strict=True)
         ]
 
-    def _fingerprint(self) -> str | None:
+    @property
+    def fingerprint(self) -> str | None:
+        """What the train split is: its shards, their record counts and the sources' quotas
+        (a checkpoint holds it; a resume over other data is refused). Worked out when first
+        asked, not in ``setup``: over a million shards it takes a second."""
+        state = self.__dict__
+        if state.get("_fingerprint_due"):
+            state["_fingerprint_due"] = False
+            state["_fingerprint"] = self._train_fingerprint()
+        return state.get("_fingerprint")
+
+    @fingerprint.setter
+    def fingerprint(self, value: str | None) -> None:
+        self.__dict__.update(_fingerprint_due=False, _fingerprint=value)
+
+    def _train_fingerprint(self) -> str | None:
         shards = self.shards.get("train")
         if not shards:
             return None
-        with paused_gc():  # a million small lists
-            listing: list[Any] = list(map(list, zip(shards.paths, shards.counts, strict=True)))
+        # The text of json.dumps([[path, count], ...] + [mix]), a million pairs in C loops.
+        pairs = map("[{}, {}]".format, map(encode_basestring_ascii, shards.paths), shards.counts)
+        text = "[" + ", ".join(pairs)
         mix = self.mixes.get("train")
         if mix is not None:  # the quotas shape the epochs as much as the shards do
-            listing.append([[m.source.label, list(m.shards), m.quota] for m in mix])
-        return hashlib.sha1(json.dumps(listing).encode()).hexdigest()[:16]
+            text += ", " + json.dumps([[m.source.label, list(m.shards), m.quota] for m in mix])
+        return hashlib.sha1((text + "]").encode()).hexdigest()[:16]
 
     def split_size(self, split: str) -> int:
         """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
