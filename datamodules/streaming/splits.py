@@ -27,7 +27,7 @@ from datamodules.remote.listing import expand_files as list_files
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
 from datamodules.shards.errors import SkipCounter
 from datamodules.shards.formats import expand_files
-from datamodules.shards.index import ShardIndex
+from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.shards.shared_indexing import (
     gather,
     index_shards_shared,
@@ -165,10 +165,14 @@ class StreamSplits:
                 ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
             ]
         counter = SkipCounter()
-        shards = index_shards_shared(
-            paths, self.fmt, self.on_error, self.index_cache, counter, self.remote,
-            self._collective,
-        )  # fmt: skip
+        if self._collective and process_group() is not None:  # one rank scans each shard
+            shards = index_shards_shared(
+                paths, self.fmt, self.on_error, self.index_cache, counter, self.remote
+            )
+        else:
+            shards = index_shards(
+                paths, self.fmt, self.on_error, self.index_cache, counter, options=self.remote
+            )
         if counter.counts or counter.unreadable:
             for index in shards:
                 self.skipped.add_index(index)
