@@ -12,6 +12,9 @@ Under DDP (a ``torch.distributed`` process group initialised, as it is when a Tr
   other ranks read the copy. A later fetch is conditional (``If-None-Match`` /
   ``If-Modified-Since``): an unchanged index costs one answer with no body.
 
+:func:`expand_indexes` turns the dataset indexes among file specs into their shards' paths, for
+readers that need only the listing (the token store reads every file anyway).
+
 Every collective step carries each rank's error, so a failure on one rank raises on all of
 them instead of leaving the others waiting. Without a process group (or with one rank) both
 are the plain local operation.
@@ -35,7 +38,13 @@ from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import index_shards, remember
 from datamodules.shards.shard_index import ShardIndex
 
-__all__ = ["gather", "index_shards_shared", "process_group", "read_index_file"]
+__all__ = [
+    "expand_indexes",
+    "gather",
+    "index_shards_shared",
+    "process_group",
+    "read_index_file",
+]
 
 T = TypeVar("T")
 
@@ -236,3 +245,29 @@ def _other_get(fs: Any, fpath: str, meta: dict[str, Any]) -> tuple[bytes | None,
     if validators and all(meta.get(k) == v for k, v in validators.items()):
         return None, validators
     return fs.cat_file(fpath), validators
+
+
+def expand_indexes(
+    items: Sequence[str],
+    options: RemoteOptions | None = None,
+    cache_dir: str | os.PathLike | bool | None = None,
+) -> list[str]:
+    """``items`` with every dataset index among them (``*.json``, globs too) replaced by the
+    shards it lists, in order; other items unchanged (for a reader that wants the shards'
+    paths only, such as the token store, which reads every shard anyway).
+
+    Raises:
+        ValueError: An index cannot be read or is not one.
+    """
+    from datamodules.remote.listing import expand_files
+    from datamodules.shards.dataset_index import is_index_spec, parse_dataset_index
+
+    out: list[str] = []
+    for item in items:
+        if not is_index_spec(item):
+            out.append(item)
+            continue
+        for spec in expand_files(item, options, what="dataset index"):
+            data = read_index_file(spec, options, cache_dir, collective=False)
+            out.extend(parse_dataset_index(data, spec, on_error="skip").paths)
+    return out

@@ -302,3 +302,12 @@ def test_records_of_a_stale_index_are_never_read_silently(tmp_path: Path) -> Non
     os.replace(tmp_path / "b" / "shard-000000.tar", paths[0])
     with pytest.raises(RecordError, match="dataset index"):
         ids(make(str(index), tmp_path, num_workers=1), "cls")
+
+
+def test_expand_indexes_gives_the_listed_shards_for_readers_of_paths(tmp_path: Path) -> None:
+    from datamodules.shards.shared_indexing import expand_indexes
+
+    paths = write_shards(jsonl_records(30), tmp_path / "a", fmt="jsonl", max_records=10)
+    other = str(tmp_path / "b" / "*.jsonl")
+    got = expand_indexes([str(tmp_path / "a" / "*.index.json"), other])
+    assert got == [*paths, other]  # the index's shards in order; the rest untouched
