@@ -311,3 +311,25 @@ def test_expand_indexes_gives_the_listed_shards_for_readers_of_paths(tmp_path: P
     other = str(tmp_path / "b" / "*.jsonl")
     got = expand_indexes([str(tmp_path / "a" / "*.index.json"), other])
     assert got == [*paths, other]  # the index's shards in order; the rest untouched
+
+
+def test_the_shards_command_writes_the_split_indexes(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from datamodules.__main__ import main
+
+    src = tmp_path / "src"
+    for c, name in enumerate(("ant", "bee")):
+        (src / name).mkdir(parents=True)
+        for j in range(5):
+            pixels = np.full((8, 8, 3), 40 * c + j, dtype=np.uint8)
+            Image.fromarray(pixels).save(src / name / f"{j}.png")
+    out = tmp_path / "out"
+    assert main(["shards", str(src), str(out), "--val-split", "0.2", "--workers", "1"]) == 0
+    for split, n in (("train", 8), ("val", 2)):
+        data = json.loads((out / f"{split}.index.json").read_text())
+        assert data["name"] == split and sum(e["nsamples"] for e in data["shardlist"]) == n
+        assert all(not e["url"].startswith("/") for e in data["shardlist"])
+    dm = make(str(out / "train.index.json"), tmp_path, transform=lambda r: {"id": r["cls"]})
+    assert sorted(ids(dm)) == [0] * 4 + [1] * 4
