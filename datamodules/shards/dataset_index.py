@@ -36,6 +36,7 @@ import json
 import os
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter, methodcaller
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
@@ -265,12 +266,11 @@ def _parse(data: bytes, spec: str, fmt: str | None, on_error: str) -> ShardTable
     entries = doc.get("shardlist")
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"dataset index {spec} lists no shards ('shardlist' is empty).")
+    # Column by column, in C loops (map, itemgetter): a million entries in well under a second.
     try:
-        urls = [e["url"] for e in entries]
-        counts = [e["nsamples"] for e in entries]
-        if not all(type(n) is int and n >= 0 for n in counts):  # (not a bool)
-            raise TypeError
-        if not all(type(u) is str for u in urls):
+        urls = list(map(itemgetter("url"), entries))
+        counts = list(map(itemgetter("nsamples"), entries))
+        if set(map(type, counts)) != {int} or min(counts) < 0 or set(map(type, urls)) != {str}:
             raise TypeError
     except (KeyError, TypeError):
         bad = next(
@@ -285,10 +285,10 @@ def _parse(data: bytes, spec: str, fmt: str | None, on_error: str) -> ShardTable
             f"dataset index {spec}: shard entry {bad} needs 'url' (a string) and 'nsamples' "
             f"(a count): {entries[bad]!r}."
         ) from None
-    sizes = [e.get("filesize") for e in entries]
+    sizes = list(map(methodcaller("get", "filesize"), entries))
     ours = isinstance(doc.get(OURS), dict)
     extras: list[dict[str, Any] | None] = []
-    if any(len(e) > 3 for e in entries):  # keys beyond wids' three: ours, kept per shard
+    if max(map(len, entries)) > 3:  # keys beyond wids' three: ours, kept per shard
         extras = [e if len(e) > 3 and not _WIDS_KEYS.issuperset(e) else None for e in entries]
     base = _base(spec if is_remote(spec) else local_path(spec), doc)
     del entries, doc
