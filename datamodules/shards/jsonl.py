@@ -35,8 +35,8 @@ from itertools import islice
 from typing import Any
 
 from datamodules.core.skipped import Skipped
-from datamodules.shards.errors import RecordError, ShardError
-from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
+from datamodules.shards.errors import RecordError
+from datamodules.shards.lines import BOM, ShardLines, is_blank, line_records
 
 __all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
 
@@ -254,26 +254,4 @@ def json_reason(err: ValueError, raw: bytes) -> str:
 
 def read_jsonl(lines: ShardLines, on_error: str, counter: Skipped | None, check: int = 0):
     """JSONL records (blank lines are not records); line numbers only, for errors."""
-    path, decode, line = lines.path, parse_line, lines.line
-    try:
-        for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
-            if line == 1 and raw.startswith(BOM):
-                raw = raw[3:]
-            if is_blank(raw):
-                continue
-            if check and on_error == "raise":
-                check -= 1
-                continue
-            try:
-                rec = decode(raw)
-            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                bad_record(path, line, json_reason(err, raw), on_error, counter)
-                continue
-            if check:
-                check -= 1
-                continue
-            yield rec
-    except RecordError:
-        raise
-    except Exception as err:  # a corrupt or truncated stream, a dropped connection
-        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+    return line_records(lines, on_error, counter, check, parse_line, json_reason)
