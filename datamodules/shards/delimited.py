@@ -42,8 +42,8 @@ def csv_rows(
         if bad:
             bad_record(lines.path, *bad.pop(), on_error, counter)
             continue
-        if not row:
-            continue
+        if not row or (len(row) == 1 and row[0].isspace() and row[0].isascii()):
+            continue  # a blank line: csv reads a line of only whitespace as one field
         if header is None:
             header = row
             continue
@@ -70,7 +70,7 @@ def csv_header(
         for row in csv.reader(decoded_lines(lines, bad), delimiter=delimiter):
             if bad:
                 raise RecordError(path, bad[0][0], f"header: {bad[0][1]}")
-            if row:
+            if row and not (len(row) == 1 and row[0].isspace() and row[0].isascii()):
                 return row
         return None
     finally:
