@@ -23,6 +23,8 @@ touches it is collated from records.
 with: orjson first, and the standard library where orjson refuses a line (``NaN``, lone
 surrogates) or might read it otherwise (a number of 19 digits or more, which orjson may read as
 a float outside 64 bits), so that every line reads as ``json.loads`` reads it.
+:func:`numbered_jsonl` is that path with each record's line, for a reader that names records
+by line (text).
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ from typing import Any
 from datamodules.shards.errors import RecordError, ShardError, SkipCounter
 from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
 
-__all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
+__all__ = [
+    "decode_json",
+    "json_reason",
+    "jsonl_blocks",
+    "numbered_jsonl",
+    "parse_line",
+    "read_jsonl",
+]
 
 try:  # a faster parser of one line, when installed
     import orjson
@@ -272,6 +281,30 @@ def read_jsonl(lines: ShardLines, on_error: str, counter: SkipCounter | None, ch
                 check -= 1
                 continue
             yield rec
+    except RecordError:
+        raise
+    except Exception as err:  # a corrupt or truncated stream, a dropped connection
+        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+
+
+def numbered_jsonl(
+    lines: ShardLines, on_error: str = "raise", counter: SkipCounter | None = None
+) -> Iterator[tuple[int, Any]]:
+    """``(line, record)``: the records of :func:`read_jsonl`, each with its 1-based line, for a
+    reader that names a record by where it is in the file (text does)."""
+    path, line = lines.path, lines.line
+    try:
+        for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
+            if line == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if is_blank(raw):
+                continue
+            try:
+                record = parse_line(raw)
+            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+                bad_record(path, line, json_reason(err, raw), on_error, counter)
+                continue
+            yield line, record
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection
