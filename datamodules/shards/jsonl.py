@@ -23,6 +23,8 @@ touches it is collated from records.
 with: orjson first, and the standard library where orjson refuses a line (``NaN``, lone
 surrogates) or might read it otherwise (a number of 19 digits or more, which orjson may read as
 a float outside 64 bits), so that every line reads as ``json.loads`` reads it.
+:func:`numbered_jsonl` is that path with each record's line, for a reader that names records
+by line (text).
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ from datamodules.core.skipped import Skipped
 from datamodules.shards.errors import RecordError
 from datamodules.shards.lines import BOM, ShardLines, is_blank, line_records
 
-__all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
+__all__ = [
+    "decode_json",
+    "json_reason",
+    "jsonl_blocks",
+    "numbered_jsonl",
+    "parse_line",
+    "read_jsonl",
+]
 
 try:  # a faster parser of one line, when installed
     import orjson
@@ -255,3 +264,11 @@ def json_reason(err: ValueError, raw: bytes) -> str:
 def read_jsonl(lines: ShardLines, on_error: str, counter: Skipped | None, check: int = 0):
     """JSONL records (blank lines are not records); line numbers only, for errors."""
     return line_records(lines, on_error, counter, check, parse_line, json_reason)
+
+
+def numbered_jsonl(
+    lines: ShardLines, on_error: str = "raise", counter: Skipped | None = None
+) -> Iterator[tuple[int, Any]]:
+    """``(line, record)``: the records of :func:`read_jsonl`, each with its 1-based line, for a
+    reader that names a record by where it is in the file (text does)."""
+    return line_records(lines, on_error, counter, 0, parse_line, json_reason, numbered=True)

@@ -103,13 +103,15 @@ def line_records(
     check: int,
     parse: Callable[[bytes], Any],
     reason: Callable[[ValueError, bytes], str],
+    numbered: bool = False,
 ) -> Iterator[Any]:
     """The records of a line shard (JSONL, txt), by the rules above: a BOM dropped, blank lines
     not records, a line ``parse`` refuses (a ValueError) a bad record named by ``reason``.
 
     The first ``check`` records are consumed without being yielded: they belong to another
     reader, which handles their errors, so under ``"raise"`` they are only told apart
-    structurally, without parsing.
+    structurally, without parsing. ``numbered=True`` yields ``(line, record)`` pairs, for a
+    reader that names a record by its 1-based line (text does).
     """
     path, line = lines.path, lines.line
     try:
@@ -129,7 +131,7 @@ def line_records(
             if check:
                 check -= 1
                 continue
-            yield record
+            yield (line, record) if numbered else record
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from datamodules.core.skipped import Skipped
 from datamodules.shards.lines import ShardLines, line_records
 
-__all__ = ["read_txt"]
+__all__ = ["numbered_txt", "read_txt"]
 
 
 def _text(raw: bytes) -> str:
@@ -23,3 +25,11 @@ def read_txt(lines: ShardLines, on_error: str, counter: Skipped | None, check: i
     """Text records: each non-blank line without its line break (a line that is empty or only
     whitespace is not a record, the rule of :mod:`~datamodules.shards.lines`)."""
     return line_records(lines, on_error, counter, check, _text, _reason)
+
+
+def numbered_txt(
+    lines: ShardLines, on_error: str = "raise", counter: Skipped | None = None
+) -> Iterator[tuple[int, str]]:
+    """``(line, record)``: the records of :func:`read_txt`, each with its 1-based line, for a
+    reader that names a record by where it is in the file (text does)."""
+    return line_records(lines, on_error, counter, 0, _text, _reason, numbered=True)
