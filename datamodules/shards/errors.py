@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
+from datamodules.core.checks import check_on_error
 from datamodules.core.skipped import SHOWN, Skipped
 
 if TYPE_CHECKING:
@@ -70,11 +71,6 @@ def where_in(shard: str, line: int | str | None) -> str:
     if line is None:
         return shard
     return f"{shard}: {line}" if isinstance(line, str) else f"{shard}: line {line}"
-
-
-def check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
 
 
 class SkipCounter(Skipped):
