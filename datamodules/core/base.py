@@ -28,7 +28,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import default_collate
 
-from datamodules.core.checks import WeakCall, check_common_arguments
+from datamodules.core.common_arguments import check_common_arguments
 from datamodules.core.context import (
     consumed_train_batches,
     local_hardware,
@@ -46,7 +46,7 @@ from datamodules.core.hardware import (
 from datamodules.core.hooks import tool
 from datamodules.core.hparams import given_arguments, make_hparams_plain
 from datamodules.core.keywords import CheckedKeywords
-from datamodules.core.loaders import ResumableDataLoader
+from datamodules.core.loaders import ResumableDataLoader, WeakCall
 from datamodules.core.quiet import HeldFilters
 from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
 from datamodules.core.skipped import Skipped

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, SequentialSampler
 
+from datamodules.core.checks import check_int
 from datamodules.core.elastic import (
     Segment,
     deal,
@@ -49,12 +50,8 @@ def current_rank_and_world() -> tuple[int, int]:
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{name}={value!r} ({type(value).__name__}) is not accepted: use an int >= {minimum}."
-        )
-    if value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
+    """:func:`~datamodules.core.checks.check_int` with a minimum of 1 unless told otherwise."""
+    check_int(value, name, minimum)
 
 
 class IndexBatchSampler(DistributedSampler):
@@ -108,14 +105,14 @@ class IndexBatchSampler(DistributedSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
-        check_positive_int(num_samples, "num_samples", 0)
-        check_positive_int(batch_size, "batch_size")
+        check_int(num_samples, "num_samples", 0)
+        check_int(batch_size, "batch_size", 1)
+        check_int(seed, "seed")
         default_rank, default_world = current_rank_and_world()
         world = default_world if num_replicas is None else num_replicas
         rank = default_rank if rank is None else rank
-        check_positive_int(world, "num_replicas")
-        if not 0 <= rank < world:
-            raise ValueError(f"rank={rank!r} is not accepted: use 0 <= rank < {world}.")
+        check_int(world, "num_replicas", 1)
+        check_int(rank, "rank", 0, world - 1)
         # DistributedSampler.__init__ needs a dataset and a process group; set its fields here.
         self.dataset_size = num_samples
         self.batch_size = batch_size

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import random_split
+
+from datamodules.core.checks import is_int, is_number, rejected
 
 __all__ = [
     "SPLIT_NAMES",
@@ -38,7 +39,7 @@ SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 
 def is_count(value: Any) -> bool:
     """Whether a split size is a count of samples: an int (a float is always a fraction)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return is_int(value)
 
 
 def validate_split_size(value: Any, name: str) -> None:
@@ -55,11 +56,9 @@ def validate_split_size(value: Any, name: str) -> None:
         TypeError: For a value that is not a number.
         ValueError: For a number outside the accepted range.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name}={value!r} ({type(value).__name__}) is not accepted: "
-            "use a fraction in [0, 1) (a float) or a count of samples >= 0 (an int)."
-        )
+    if not is_number(value):
+        accepted = "a fraction in [0, 1) (a float) or a count of samples >= 0 (an int)"
+        raise rejected(name, value, accepted, TypeError)
     if is_count(value):
         if value < 0:
             raise ValueError(f"{name}={value!r} is not accepted: a count must be >= 0.")

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from datamodules.remote.cache import parse_size
+from datamodules.core.checks import check_size
 
 __all__ = ["PROG", "parse_args", "shards_main"]
 
@@ -37,8 +37,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of --resize")
     args = parser.parse_args(list(argv))
     try:
-        args.max_bytes = parse_size(args.max_bytes, "--max-bytes")
-    except ValueError as err:
+        args.max_bytes = check_size(args.max_bytes, "--max-bytes")
+    except (TypeError, ValueError) as err:
         parser.error(str(err))
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: use 1 or more")

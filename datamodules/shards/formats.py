@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from datamodules.core.checks import check_choice
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.remote.retrying import RemoteOptions
 
@@ -79,8 +80,8 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
                 f"cannot tell the format of shard {path!r} from its extension: use one of "
                 f"{accepted_extensions()}, or pass fmt=."
             )
-    elif fmt not in FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {FORMATS}.")
+    else:
+        check_choice(fmt, "fmt", FORMATS)
     if fmt == "parquet" and compression is not None:
         raise ValueError(f"shard {path!r}: Parquet compresses internally; drop the {compression}.")
     return fmt, compression

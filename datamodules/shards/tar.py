@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from datamodules.core.checks import is_int
 from datamodules.core.skipped import Skipped
 from datamodules.remote.files import decompress, is_remote, local_path, open_binary
 from datamodules.remote.retrying import RemoteOptions
@@ -116,7 +117,7 @@ def encode_field(ext: str, value: Any) -> bytes:
     """
     kind = _kind(ext)
     if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise TypeError(f"a .{ext} field holds an int, got {type(value).__name__}")
         return str(value).encode("ascii")
     if kind == "json":

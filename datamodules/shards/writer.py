@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from datamodules.core.checks import check_choice, check_int, check_size, check_string, rejected
 from datamodules.imaging.decoding import is_image_bytes
-from datamodules.remote.cache import parse_size
 from datamodules.shards.tar import encode_field, split_name
 
 __all__ = ["write_shard", "write_shards"]
@@ -73,16 +73,13 @@ def write_shards(
         ValueError, TypeError: A bad argument, or a record that cannot be written (naming
             the record and the field).
     """
-    if fmt not in SHARD_FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {SHARD_FORMATS}.")
-    limit = parse_size(max_bytes, "max_bytes")
+    check_choice(fmt, "fmt", SHARD_FORMATS)
+    limit = check_size(max_bytes, "max_bytes")
     assert limit is not None
-    if max_records is not None and (
-        isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
-    ):
-        raise ValueError(f"max_records={max_records!r} is not accepted: use an int >= 1 or None.")
-    if not isinstance(prefix, str) or not prefix or "/" in prefix or os.sep in prefix:
-        raise ValueError(f"prefix={prefix!r} is not accepted: use a file name prefix.")
+    check_int(max_records, "max_records", 1, allow_none=True)
+    check_string(prefix, "prefix", "a file name prefix")
+    if "/" in prefix or os.sep in prefix:
+        raise rejected("prefix", prefix, "a file name prefix")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     writer_class = _SHARDS[fmt]

@@ -33,6 +33,7 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
@@ -218,9 +219,8 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
-        for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str) and not (name == "label_key" and key is None):
-                raise TypeError(f"{name}={key!r} is not accepted: use a string.")
+        check_string(text_key, "text_key", "a string", allow_empty=True)
+        check_string(label_key, "label_key", "a string or None", allow_none=True, allow_empty=True)
         check_text_arguments(
             tokenizer=tokenizer,
             lowercase=lowercase,

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
+from datamodules.core.checks import check_int
 from datamodules.core.elastic import Segment
 from datamodules.streaming.engine.elastic import MAX_SEGMENTS, check_resumable
 from datamodules.streaming.engine.layout import Plan
@@ -26,13 +27,6 @@ __all__ = ["StreamPosition", "check_int"]
 
 _STATE_VERSION = 2
 Pending = tuple[int, int, tuple[int, int, int], tuple[Segment, ...]]
-
-
-def check_int(value: Any, name: str, minimum: int) -> int:
-    """``value`` if it is an int >= ``minimum``, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
-    return value
 
 
 class StreamPosition:
