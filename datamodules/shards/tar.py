@@ -13,9 +13,11 @@ Convention (webdataset's):
 
 A record is bad when a member of it does not decode, is refused, repeats an extension of the
 record, or when its key already named an earlier record of the shard (its members are not
-adjacent). The archive is damaged where a header is corrupt or the file ends inside a header
-or a member: the records before stay readable, the record holding a cut member is bad and
-nothing after the damage can be read. Under ``on_error="raise"`` indexing the shard raises,
+adjacent). The archive is damaged where a header is corrupt or the file ends anywhere but
+after its two end-of-archive zero blocks (inside a header, a member's data or padding, right
+after a member): the records before stay readable, the record open at the damage is bad (a
+member of it is cut, or its later members may be lost) and nothing after the damage can be
+read. Under ``on_error="raise"`` indexing the shard raises,
 naming the shard and the member or key; under ``"skip"`` bad records are left out and
 counted, and the index remembers where they start so that every reader, from any offset,
 leaves out the same ones.
@@ -157,15 +159,19 @@ def _groups(
 
     ``wanted(ext)`` says which members' data to read and decode (the others are stepped
     over); ``seen`` collects keys to find one that repeats (None: do not check). A damaged
-    archive ends the groups: a group whose member was cut is yielded with its problem, then
-    :class:`TarDamage` is raised.
+    archive ends the groups: the group open at the damage (a member of it cut, or members of
+    it perhaps lost after the damage) is yielded with the damage as its problem and marks the
+    damage counted, then :class:`TarDamage` is raised.
     """
     group: _Group | None = None
     while True:
         try:
             member = members.next()
-        except TarDamage:
+        except TarDamage as damage:
             if group is not None:
+                if not damage.at_end:  # members of the open record may be lost
+                    group.problem = f"{damage.reason}; the record may lack members"
+                    damage.counted = True
                 yield group
             raise
         if member is None:
@@ -196,7 +202,10 @@ def _groups(
                 members.skip()
                 group.fields[ext] = None
         except TarDamage as damage:
-            group.problem = f"member {member.name!r} is cut: {damage.reason}"
+            group.problem = damage.reason
+            if damage.member not in damage.reason:  # a cut compressed stream
+                group.problem = f"member {member.name!r} is cut: {damage.reason}"
+            damage.counted = True
             yield group
             raise
     if group is not None:
@@ -224,6 +233,13 @@ def _open(path: str, compression: str | None, offset: int, options: RemoteOption
 def _damage(path: str, damage: TarDamage) -> RecordError:
     return ShardError(path, f"member {damage.member!r}" if damage.member else None,
                       f"damaged tar archive at byte {damage.offset}: {damage.reason}")  # fmt: skip
+
+
+def _lost(damage: TarDamage) -> str:
+    """What a skip counter says of damage that no record it cut stands for."""
+    where = f" (member {damage.member!r})" if damage.member else ""
+    lost = "the records before it are whole" if damage.at_end else "nothing after it is read"
+    return f"damaged tar archive: {damage.reason}{where}; {lost}"
 
 
 def scan_tar(
@@ -260,8 +276,8 @@ def scan_tar(
         except TarDamage as damage:
             if on_error == "raise":
                 raise _damage(path, damage) from damage
-            if not damage.in_data:  # the cut member's record was counted above
-                skips.record(path, f"byte {damage.offset}", f"damaged tar archive: {damage}")
+            if not damage.counted:  # else the record it cut was counted above
+                skips.record(path, f"byte {damage.offset}", _lost(damage))
         except OSError as err:  # a dropped connection, an unreadable file
             reason = f"cannot read shard ({type(err).__name__}: {err})"
             raise ShardError(path, None, reason) from err
@@ -353,8 +369,8 @@ def read_tar(
     except TarDamage as damage:
         if on_error == "raise":
             raise _damage(shard, damage) from damage
-        if bad is None and counter is not None and not damage.in_data:
-            counter.record(shard, f"byte {damage.offset}", f"damaged tar archive: {damage}")
+        if bad is None and counter is not None and not damage.counted:
+            counter.record(shard, f"byte {damage.offset}", _lost(damage))
     except OSError as err:
         raise ShardError(shard, None, f"cannot read shard ({type(err).__name__}: {err})") from err
     finally:

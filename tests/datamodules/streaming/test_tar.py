@@ -7,16 +7,19 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
+import webdataset as wds
 
 from datamodules.shards.errors import RecordError, SkipCounter
 from datamodules.shards.formats import detect_format
 from datamodules.shards.index import index_shard
 from datamodules.shards.records import read_records
 from datamodules.shards.tar import decode_field, encode_field, split_name
+from datamodules.streaming import write_shards
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -143,21 +146,22 @@ def write_bad(tmp_path: Path, case: str) -> tuple[Path, list[int]]:
             member = next(m for m in tar.getmembers() if m.name == "d/s025.jpg")
         cut = member.offset_data + 100 if case == "truncated data" else member.offset + 200
         path.write_bytes(data[:cut])
-        good = list(range(25))
+        # A cut header may have been record 24's next member: record 24 may be incomplete.
+        good = list(range(25 if case == "truncated data" else 24))
     if case == "corrupt header":
         data = bytearray(path.read_bytes())
         with tarfile.open(path) as tar:
             member = next(m for m in tar.getmembers() if m.name == "d/s018.jpg")
         data[member.offset + 10] ^= 0xFF  # the checksum no longer matches
         path.write_bytes(bytes(data))
-        good = list(range(18))
+        good = list(range(17))  # record 17 may have had more members after the damage
     return path, good
 
 
 BAD = {
-    "truncated data": r"member 'd/s025.jpg'.*ends inside the data",
-    "truncated header": r"ends inside a header after member 'd/s024.TXT'",
-    "corrupt header": r"corrupt header after member 'd/s017.TXT' \(checksum mismatch\)",
+    "truncated data": r"key 'd/s025': the archive ends inside member 'd/s025.jpg' \(in its data",
+    "truncated header": r"key 'd/s024': the archive ends inside a header after member 'd/s024.TXT'",
+    "corrupt header": r"key 'd/s017': corrupt header after member 'd/s017.TXT' \(checksum",
     "repeated key": r"key 'd/s005': key 'd/s005' repeats an earlier record's",
     "duplicate extension": r"key 'd/s012': member 'd/s012.cls' repeats \.cls",
     "bad class": r"key 'd/s007': member 'd/s007.cls': not an integer",
@@ -189,3 +193,66 @@ def test_skip_leaves_out_the_same_records_from_every_offset(tmp_path: Path, case
     for start in range(0, len(good), 3):
         got = ids(read_records(str(path), on_error="skip", start=start, index=index))
         assert got == good[start:]
+
+
+def cut_shard(tmp_path: Path, where: str) -> tuple[Path, list[int]]:
+    """A 10-record shard from ``write_shards`` (a JPEG-sized image and a class a record), cut
+    at ``where``; returns the cut file and the records before the damaged one."""
+    sizes = [300 + 7 * i for i in range(10)]
+    records = [
+        {"__key__": f"s{i:03d}", "jpg": bytes([i]) * n, "cls": i} for i, n in enumerate(sizes)
+    ]
+    [shard] = write_shards(records, tmp_path / "whole")
+    data = Path(shard).read_bytes()
+    with tarfile.open(shard) as tar:
+        at = {m.name: m for m in tar.getmembers()}
+    cut, good = {
+        "byte 4000": (4000, 1),  # in the padding of s001.cls
+        "byte 3000": (3000, 1),  # in the padding of s001.jpg: s001 has an image, no class
+        "after data": (at["s005.jpg"].offset_data + at["s005.jpg"].size, 5),
+        "inside a header": (at["s007.cls"].offset + 100, 7),
+        "after padding": (at["s009.jpg"].offset, 8),  # where s009's header would start
+        "inside the end blocks": (len(data) - 700, 10),
+        "after one end block": (len(data) - 512, 10),
+    }[where]
+    path = tmp_path / "cut.tar"
+    path.write_bytes(data[:cut])
+    return path, list(range(good))
+
+
+CUTS = {
+    "byte 4000": r"key 's001': the archive ends inside member 's001.cls' \(in its padding",
+    "byte 3000": r"key 's001': the archive ends inside member 's001.jpg' \(in its padding",
+    "after data": r"key 's005': the archive ends inside member 's005.jpg' \(in its padding, 0 of",
+    "inside a header": r"key 's007': the archive ends inside a header after member 's007.jpg'",
+    "after padding": r"key 's008': the archive ends after member 's008.cls' without its end-of",
+    "inside the end blocks": r"ends inside its end-of-archive blocks after member 's009.cls'",
+    "after one end block": r"ends inside its end-of-archive blocks after member 's009.cls'",
+}
+
+
+@pytest.mark.parametrize("where", list(CUTS))
+def test_a_tar_that_ends_anywhere_but_after_its_end_blocks_is_damaged(
+    tmp_path: Path, where: str
+) -> None:
+    path, good = cut_shard(tmp_path, where)
+    if where in ("byte 4000", "byte 3000", "after data"):  # cut inside a member's blocks
+        # webdataset raises as well; elsewhere (a cut header, no end blocks) it is silent
+        with pytest.raises(tarfile.ReadError, match="unexpected end of data"):
+            list(wds.WebDataset(str(path), shardshuffle=False))
+    with pytest.raises(RecordError, match=CUTS[where]):
+        index_shard(str(path), cache_dir=False)
+    read = []
+    with pytest.raises(RecordError, match=CUTS[where]):
+        read.extend(read_records(str(path)))
+    assert ids(read) == good  # the records before the damage, then the error
+    # Skipped: the damaged record is counted (its later members may be lost), and a cut
+    # inside the end blocks, which loses no record, is still reported.
+    counter = SkipCounter()
+    index = index_shard(str(path), on_error="skip", cache_dir=False, counter=counter)
+    assert index.count == len(good) and counter.total == index.skipped == 1
+    assert re.search(CUTS[where], counter.messages[0])
+    direct = SkipCounter()
+    assert ids(read_records(str(path), on_error="skip", counter=direct)) == good
+    assert direct.total == 1 and re.search(CUTS[where], direct.messages[0])
+    assert ids(read_records(str(path), on_error="skip", index=index)) == good
