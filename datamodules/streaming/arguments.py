@@ -61,11 +61,11 @@ def check_callable(value: Any, name: str) -> None:
 def check_stream_split_arguments(dm: Any) -> None:
     """Refuses the shared arguments that do not apply to a stream (random splits, the tuner)."""
     for name, value in (("val_split", dm.val_split), ("test_split", dm.test_split)):
-        if value != 0 and not (name == "val_split" and value == 0.1):  # 0.1: base default
+        if value != 0:
             raise ValueError(
                 f"{name}={value!r} does not apply to StreamingDataModule: a stream is not "
                 f"split at random; give the records as {name[:-6]}_files= instead (leave "
-                f"{name} unset or 0)."
+                f"{name} at its default, 0)."
             )
     if dm.explicit_splits is not None or dm.stratify:
         name = "splits" if dm.explicit_splits is not None else "stratify"

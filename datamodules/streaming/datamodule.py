@@ -42,7 +42,7 @@ What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
   reported in the log and the summary.
 
 Random splits do not apply to a stream: validation and test records come from ``val_files`` /
-``test_files``. ``val_split`` and ``test_split`` may stay at their defaults (or 0); any other
+``test_files``. ``val_split`` and ``test_split`` are 0 (their defaults here); any other
 value, ``splits`` or ``stratify=True`` raise.
 
 Extension points:
@@ -168,8 +168,8 @@ class StreamingDataModule(
             number of batches under DDP (or DDP may hang), and shuffle. Its loaders have no
             length and no resumable position: Lightning then warns that a mid-epoch resume
             restarts the epoch.
-        val_split: Does not apply to a stream (records of the validation split come from
-            ``val_files``): leave it unset or 0. The same holds for ``test_split``,
+        val_split: 0: a stream is not split at random (records of the validation split come
+            from ``val_files``); any other value raises. The same holds for ``test_split``,
             ``splits`` and ``stratify``.
         num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts local
             shards as CPU work (parsing or decoding: the CPUs of this rank) and remote shards
@@ -218,8 +218,8 @@ class StreamingDataModule(
         std: Sequence[float] = IMAGENET_STD,
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         batch_size: int = 32,
-        val_split: int | float = 0.1,
-        test_split: int | float = 0.0,
+        val_split: int | float = 0,
+        test_split: int | float = 0,
         split_seed: int = 42,
         splits: Mapping[str, Any] | None = None,
         stratify: bool = False,
