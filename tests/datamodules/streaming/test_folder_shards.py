@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,9 @@ def test_the_command_line_names_bad_arguments(src: Path, tmp_path: Path, capsys)
         timeout=120,
     )
     assert result.returncode == 0 and "--resize" in result.stdout and "--workers" in result.stdout
+    # Plain text, not reStructuredText, and every option's default said.
+    assert not any(mark in result.stdout for mark in ("``", ":func:", ":mod:", ":class:"))
+    assert re.search(r"--workers N +at most N processes \(default: the CPU count, \d+ here\)",
+                     result.stdout)  # fmt: skip
+    options = re.findall(r"^  (--[a-z-]+)", result.stdout, re.MULTILINE)
+    assert len(options) == 7 and result.stdout.count("(default:") == 7
