@@ -144,6 +144,14 @@ class TestFlat:
         ):
             wide.setup("fit")
 
+    def test_the_summary_says_there_is_no_tokenizer(self, tmp_path):
+        flat_ids(500, 1001, 1000).astype(np.uint16).tofile(tmp_path / "a.bin")
+        summary = setup_flat(tmp_path / "a.bin", eos_id=1000).summary()
+        assert "tokenizer: none (flat token_files), vocab_size=1001" in summary
+        write_megatron(tmp_path / "m", documents(5))
+        summary = setup_flat(tmp_path / "m", vocab_size=50_000).summary()
+        assert "tokenizer: none (megatron token_files)" in summary and "NoneType" not in summary
+
     def test_flat_files_need_eos_id_and_a_matching_dtype(self, tmp_path):
         np.asarray([1, 2, 3], dtype=np.uint16).tofile(tmp_path / "a.bin")
         with pytest.raises(ValueError, match=r"a\.bin.* is a flat token file: give eos_id="):
