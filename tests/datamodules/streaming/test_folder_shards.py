@@ -180,6 +180,17 @@ def test_parquet_shards_read_by_hf_datasets_and_the_stream(
     assert first.shape[2] == 3 and stream.num_classes == 3
 
 
+def test_a_png_folder_gives_png_records(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "src"
+    for i in range(6):
+        (src / CLASSES[i % 3]).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (12, 9), (i * 40, 0, 0)).save(src / CLASSES[i % 3] / f"{i}.png")
+    assert run(src, tmp_path / "out", "--val-split", "0") == 0
+    assert "image_key='png'" in capsys.readouterr().out
+    records = members(sorted((tmp_path / "out").glob("train-*.tar")))
+    assert len(records) == 6 and all("png" in r and "jpg" not in r for r in records)
+
+
 def test_the_command_line_names_bad_arguments(src: Path, tmp_path: Path, capsys) -> None:
     assert run(tmp_path / "nothing", tmp_path / "out") == 2
     assert "is not a folder of class folders" in capsys.readouterr().err
