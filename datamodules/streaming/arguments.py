@@ -106,10 +106,15 @@ def check_stream_arguments(
             "StreamingDataModule needs data: train_files= (paths, URLs or a glob of "
             ".jsonl/.txt/.csv/.parquet shards) or dataset_factory=."
         )
-    if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int):
-        raise TypeError(f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0.")
-    if shuffle_buffer < 0:
-        raise ValueError(f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0.")
+    if shuffle_buffer is not None:  # None: the default of plain or image records
+        if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int):
+            raise TypeError(
+                f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0 or None."
+            )
+        if shuffle_buffer < 0:
+            raise ValueError(
+                f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0 or None."
+            )
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
     if fmt is not None and fmt not in FORMATS:

@@ -4,6 +4,7 @@ x workers, every bad record raised naming shard and key or skipped and counted."
 
 from __future__ import annotations
 
+import inspect
 import io
 import re
 import tarfile
@@ -300,6 +301,18 @@ def test_a_bad_record_is_skipped_and_counted(tmp_path: Path, case: str) -> None:
     assert dm.skipped.total == bad
     assert any(re.search(message, m) for m in dm.skipped.messages)
     assert "skipped 1 bad record(s)" in dm.summary()
+
+
+def test_image_records_have_their_own_shuffle_buffer_default(tmp_path: Path) -> None:
+    paths = write_id_shards(tmp_path, [3])
+    assert inspect.signature(StreamingDataModule).parameters["shuffle_buffer"].default is None
+    images = StreamingDataModule(paths, image_key="png", num_workers=0, index_cache=False)
+    assert images.shuffle_buffer == 1000  # chosen by measurement (images-at-scale.md)
+    assert images.hparams.shuffle_buffer is None  # rebuilt from a checkpoint: chosen again
+    assert StreamingDataModule(paths).shuffle_buffer == 10_000  # plain records
+    assert StreamingDataModule(paths, image_key="png", shuffle_buffer=64).shuffle_buffer == 64
+    images.setup("fit")
+    assert "a buffer of 1000 records per worker" in images.summary()
 
 
 def test_image_arguments_are_checked(tmp_path: Path) -> None:
