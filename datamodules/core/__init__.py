@@ -16,6 +16,8 @@ it. Its modules:
   batches by length.
 * :mod:`~datamodules.core.loaders`: :class:`~datamodules.core.loaders.ResumableDataLoader`.
 * :mod:`~datamodules.core.views`: how a split is fetched a batch at a time.
+* :mod:`~datamodules.core.skipped`: :class:`~datamodules.core.skipped.Skipped`, what every
+  ``dm.skipped`` is, and how workers send their skips to the main process.
 * :mod:`~datamodules.core.shared_batches` and :mod:`~datamodules.core.tensor_memory`: batch
   buffers that workers reuse instead of a fresh shared-memory segment per batch.
 """

@@ -350,7 +350,7 @@ class IndexBatchSampler(DistributedSampler):
         if self._segments and epoch == self._resume_epoch_of_segments:
             earlier = self._segments
         done = sum(s.batches for s in earlier)
-        current = Segment(self.num_replicas, self.batch_size, consumed - done, self._max_tokens())
+        current = self._segment(consumed - done)
         return {
             "epoch": epoch,
             "batches_consumed": consumed,
@@ -406,7 +406,7 @@ class IndexBatchSampler(DistributedSampler):
         self._resume_batch = int(state["batches_consumed"])
         self.epoch = self._resume_epoch
         self._epoch_given = True
-        here = Segment(self.num_replicas, self.batch_size, segments[-1].batches, self._max_tokens())
+        here = self._segment(segments[-1].batches)
         same_layout = len(segments) == 1 and segments[0] == here
         # The same layout resumes by skipping the consumed batches (the very same batches as
         # an uninterrupted run); another one re-splits the rest of the epoch (core/elastic.py).
@@ -424,6 +424,11 @@ class IndexBatchSampler(DistributedSampler):
 
     def _max_tokens(self) -> int | None:
         return None
+
+    def _segment(self, batches: int) -> Segment:
+        """This layout's segment with ``batches`` delivered per rank (one worker: the batch
+        sampler runs in the main process)."""
+        return Segment(self.num_replicas, 1, self.batch_size, batches, self._max_tokens())
 
 
 class OverfitBatchSampler(DistributedSampler, SequentialSampler):

@@ -1,10 +1,9 @@
-"""The default image transforms, fused for speed on uint8 channels-last tensors, and the
-normalisation that follows them on the device.
+"""The default image transforms, fused for speed on uint8 channels-last tensors.
 
 :func:`default_train_transforms` / :func:`default_eval_transforms` are what
 :class:`~datamodules.ImageFolderDataModule` and the image records of
-:class:`~datamodules.StreamingDataModule` use unless given others; :func:`to_float` is what
-both do to a uint8 batch once the Trainer moved it to the device.
+:class:`~datamodules.StreamingDataModule` use unless given others; what both do to a uint8
+batch once the Trainer moved it to the device is in :mod:`datamodules.imaging.normalize`.
 
 They draw the same random parameters as ``torchvision.transforms.v2.RandomResizedCrop`` +
 ``RandomHorizontalFlip`` (train) and apply the same ``Resize`` + ``CenterCrop`` (eval), but:
@@ -43,7 +42,6 @@ __all__ = [
     "check_image_arguments",
     "default_eval_transforms",
     "default_train_transforms",
-    "to_float",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -238,18 +236,3 @@ def check_image_arguments(image_size: Any, mean: Any, std: Any) -> None:
             raise ValueError(f"{name}={stats!r} is not accepted: give 3 numbers (R, G, B).")
     if any(s <= 0 for s in std):
         raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
-
-
-def to_float(
-    images: torch.Tensor,
-    mean: Sequence[float] | None = IMAGENET_MEAN,
-    std: Sequence[float] | None = IMAGENET_STD,
-) -> torch.Tensor:
-    """uint8 images ``(B, 3, H, W)`` -> float32 in [0, 1], then ``(x - mean) / std`` per
-    channel unless ``mean`` / ``std`` are None; on the images' device, layout kept."""
-    out = images.float().div_(255.0)
-    if mean is not None and std is not None:
-        shift = torch.tensor(mean, device=out.device).view(1, 3, 1, 1)
-        scale = torch.tensor(std, device=out.device).view(1, 3, 1, 1)
-        out.sub_(shift).div_(scale)
-    return out

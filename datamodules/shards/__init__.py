@@ -24,8 +24,7 @@ and no data kind, so ``python -m datamodules shards`` and ``index`` never import
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from datamodules.core.lazy import lazy_exports
 
 __all__ = [
     "FORMATS",
@@ -52,10 +51,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'datamodules.shards' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)

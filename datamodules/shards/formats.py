@@ -104,9 +104,11 @@ def _known(path: str) -> bool:
 
 
 def accepted_extensions(formats: Iterable[str] = FORMATS) -> str:
-    """The extensions of ``formats``, for error messages: ``".jsonl, .ndjson, ... (the line
-    formats optionally + .gz or .zst)"``."""
+    """The extensions of ``formats``, for error messages: ``".jsonl, .ndjson, ..., .tar (each
+    optionally + .gz or .zst), or .parquet, .pq"``."""
     formats = tuple(formats)
-    names = ", ".join(ext for ext, fmt in EXTENSIONS.items() if fmt in formats)
-    compressed = [f for f in formats if f in LINE_FORMATS or f == "tar"]
-    return names + (" (optionally + .gz or .zst)" if compressed else "")
+    compressible = LINE_FORMATS + ("tar",)
+    packed = ", ".join(e for e, f in EXTENSIONS.items() if f in formats and f in compressible)
+    plain = ", ".join(e for e, f in EXTENSIONS.items() if f in formats and f not in compressible)
+    packed += " (each optionally + .gz or .zst)" if packed else ""
+    return f"{packed}, or {plain}" if packed and plain else packed or plain

@@ -37,14 +37,31 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.files import decompress, is_remote, local_path, open_binary
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.shards.errors import KEEP_MESSAGES, RecordError, ShardError, SkipCounter
+from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.shard_index import ShardIndex
-from datamodules.shards.tar_fields import decode_field, encode_field, typed
+from datamodules.shards.tar_fields import (
+    INT_EXTENSIONS,
+    REFUSED_EXTENSIONS,
+    TEXT_EXTENSIONS,
+    decode_field,
+    encode_field,
+    typed,
+)
 from datamodules.shards.tar_members import TarDamage, TarMembers
 
-__all__ = ["decode_field", "encode_field", "read_tar", "scan_tar", "split_name"]
+__all__ = [
+    "INT_EXTENSIONS",
+    "REFUSED_EXTENSIONS",
+    "TEXT_EXTENSIONS",
+    "decode_field",
+    "encode_field",
+    "read_tar",
+    "scan_tar",
+    "split_name",
+]
 
 EVERY = 16  # the index keeps the offset of every 16th record
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -177,7 +194,7 @@ def scan_tar(
         RecordError: A bad record or a damaged archive under ``on_error="raise"``, naming the
             shard and the member or key.
     """
-    skips = SkipCounter(keep=KEEP_MESSAGES)
+    skips = Skipped()
     every = EVERY if compression is None else 0
     offsets: list[int] = []
     bad: list[int] = []
@@ -228,7 +245,7 @@ def read_tar(
     start: int = 0,
     stop: int | None = None,
     index: ShardIndex | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     options: RemoteOptions | None = None,
     fields: Callable[[str], bool] | None = None,
 ) -> Iterator[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 from datamodules.core.hardware import TUNE
 from datamodules.remote.cache import parse_size
 from datamodules.remote.files import is_remote
+from datamodules.remote.listing import check_not_pipe
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
 from datamodules.shards.formats import FORMATS
 from datamodules.streaming.engine.mixing import Source, check_sources
@@ -49,7 +50,10 @@ def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
             f"{name}={value!r} is not accepted: use a path or URL, a glob, a directory, or a "
             "non-empty list of them."
         )
-    return [os.fspath(v) for v in items]
+    paths = [os.fspath(v) for v in items]
+    for path in paths:
+        check_not_pipe(path, name)
+    return paths
 
 
 def check_callable(value: Any, name: str) -> None:

@@ -68,8 +68,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.skipped import Skipped
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_records
 from datamodules.streaming.arguments import (
@@ -273,7 +273,7 @@ class StreamingDataModule(
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
         self.mixes: dict[str, list[SplitSource]] = {}
         self.files = files
-        self.work = stream_work(files)
+        self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
         self.transform = transform
         self.collate_fn = collate
         if shuffle_buffer is None:
@@ -286,7 +286,7 @@ class StreamingDataModule(
         self.dataset_factory = dataset_factory
         #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
         self.shards: dict[str, list[ShardIndex]] = {}
-        self._skips = SkipCounter()
+        self._skips = Skipped()
         # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
         # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
         # live persistent workers freed that way never gets its stop signal to the workers:
@@ -314,7 +314,7 @@ class StreamingDataModule(
         return sum(1 for _ in self.read_shard(path))
 
     @property
-    def skipped(self) -> SkipCounter:
+    def skipped(self) -> Skipped:
         """Bad records and unreadable shards left out under ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
         1,000), with complete counts per shard (``counts``, ``unreadable``)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from datamodules.shards.errors import SkipCounter
+from datamodules.core.skipped import Skipped
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.streaming.engine.mixing import Source, StreamSource, quotas
@@ -58,7 +58,7 @@ class StreamSplits:
 
     files: dict[str, Any]
     shards: dict[str, list[ShardIndex]]
-    skipped: SkipCounter
+    skipped: Skipped
 
     def setup(self, stage: str | None = None) -> None:
         """Lists and indexes the shards of the splits ``stage`` needs (every split for None).
@@ -86,13 +86,13 @@ class StreamSplits:
             return [
                 ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
             ]
-        counter = SkipCounter()
+        counter = Skipped()
         shards = index_shards(
             paths, self.fmt, self.on_error, self.index_cache, counter, options=self.remote
         )
         if counter.counts or counter.unreadable:
             for index in shards:
-                self.skipped.add_index(index)
+                self.skipped.add(index.path, index.skipped, index.problems, index.error)
             rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
         return shards
 

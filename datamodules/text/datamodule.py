@@ -103,8 +103,9 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
             token store; labels from its ``label_key`` column, when it has one).
         labels: One int or string label per text, or None.
         train_file: A path or URL, a glob, a directory, or a list of them, instead of
-            ``texts``: ``.jsonl``, ``.csv``, ``.tsv`` or ``.txt`` files (each optionally
-            ``.gz`` / ``.zst``) and ``.parquet`` (see :mod:`datamodules.text.inputs`).
+            ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
+            optionally ``.gz`` / ``.zst``) and ``.parquet`` / ``.pq``, read through the shard
+            layer (see :mod:`datamodules.text.inputs`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.

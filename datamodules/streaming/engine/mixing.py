@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamodules.remote.listing import check_not_pipe
+
 __all__ = [
     "CHUNK",
     "Piece",
@@ -77,6 +79,8 @@ class Source:
         object.__setattr__(
             self, "files", os.fspath(files) if single else [os.fspath(f) for f in files]
         )
+        for path in [self.files] if single else self.files:
+            check_not_pipe(path, "Source files")
         for key in ("weight", "repeat"):
             value = getattr(self, key)
             ok = value is None or (

@@ -54,11 +54,12 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from datamodules.core.elastic import Segment
 from datamodules.core.loaders import passthrough
 from datamodules.shards.errors import RecordError
 from datamodules.shards.index import ShardIndex
 from datamodules.streaming.engine.columnar import ColumnarReading
-from datamodules.streaming.engine.elastic import Segment, buffer_rng, runs
+from datamodules.streaming.engine.elastic import buffer_rng, runs
 from datamodules.streaming.engine.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
@@ -331,7 +332,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
             done = worker_done(skip, workers, worker)
         seq, plan = self._segment_plan(epoch, segments)
         self.epoch = epoch
-        self._yielded = done + (sum(s[3] for s in segments) if info is None else 0)
+        self._yielded = done + (sum(s.batches for s in segments) if info is None else 0)
         batches = self._batches(epoch, worker, workers, done, seq, plan, len(segments))
         if info is not None and self._send_messages:  # a StreamLoader's worker
             return messages(batches, info.id)

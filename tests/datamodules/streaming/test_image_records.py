@@ -4,12 +4,16 @@ x workers, every bad record raised naming shard and key or skipped and counted."
 
 from __future__ import annotations
 
+import http.server
 import inspect
 import io
 import re
 import tarfile
+import threading
 import warnings
 from collections import Counter
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -372,3 +376,41 @@ def test_image_size_may_be_height_and_width(shards: dict[str, Any]) -> None:
     assert "uint8 8x12 out of the loader" in dm.summary()
     assert dm.hparams["image_size"] == [8, 12]  # plain data in checkpoints
     assert stream(shards["tar"], image_size=[8, 12]).image_size == (8, 12)  # a config's list
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A folder served over HTTP on 127.0.0.1: ``(base URL, folder)``."""
+    root = tmp_path / "served"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=root))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    server.server_close()
+
+
+def test_auto_workers_count_remote_image_records_as_decode_work(
+    served: tuple[str, Path],
+) -> None:
+    base, root = served
+    paths = write_id_shards(root, [6, 6])
+    urls = [f"{base}/{Path(p).name}" for p in paths]
+    local = StreamingDataModule(paths, image_key="png", image_size=8, index_cache=False)
+    remote = StreamingDataModule(urls, image_key="png", image_size=8, index_cache=False)
+    remote.setup("fit")  # the shards are really there, read over HTTP
+    assert [s.count for s in remote.shards["train"]] == [6, 6]
+    here, there = local.loader_settings("train"), remote.loader_settings("train")
+    assert remote.work == local.work == "decode"
+    assert there.num_workers == here.num_workers
+    assert there.reasons["num_workers"] == here.reasons["num_workers"]
+    assert "I/O" not in there.reasons["num_workers"]
+    records = StreamingDataModule(urls, index_cache=False)  # the same shards as plain records
+    assert "I/O-bound" in records.loader_settings("train").reasons["num_workers"]

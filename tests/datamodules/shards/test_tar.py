@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import webdataset as wds
 
+from datamodules.core.skipped import Skipped
 from datamodules.shards import tar_fields
-from datamodules.shards.errors import RecordError, SkipCounter
+from datamodules.shards.errors import RecordError
 from datamodules.shards.formats import detect_format
 from datamodules.shards.index import index_shard
 from datamodules.shards.records import read_records
@@ -206,7 +207,7 @@ def test_nothing_is_unpickled(tmp_path: Path) -> None:
     path = write_tar(tmp_path / "p.tar", members)
     with pytest.raises(RecordError, match=r"s000.obj.npy': not a .npy array .*allow_pickle"):
         index_shard(str(path), cache_dir=False)
-    counter = SkipCounter()
+    counter = Skipped()
     assert ids(read_records(str(path), on_error="skip", counter=counter)) == [2]
     assert "refused" in counter.messages[1]
 
@@ -274,11 +275,11 @@ def test_a_bad_shard_raises_naming_shard_and_member_or_key(tmp_path: Path, case:
 @pytest.mark.parametrize("case", list(BAD))
 def test_skip_leaves_out_the_same_records_from_every_offset(tmp_path: Path, case: str) -> None:
     path, good = write_bad(tmp_path, case)
-    counter = SkipCounter()
+    counter = Skipped()
     index = index_shard(str(path), on_error="skip", cache_dir=False, counter=counter)
     assert index.count == len(good) and counter.total == index.skipped == 1
     assert str(path) in counter.messages[0]
-    direct = SkipCounter()  # no index: the reader finds the same bad record itself
+    direct = Skipped()  # no index: the reader finds the same bad record itself
     assert ids(read_records(str(path), on_error="skip", counter=direct)) == good
     assert direct.total == 1
     for start in range(0, len(good), 3):
@@ -339,11 +340,11 @@ def test_a_tar_that_ends_anywhere_but_after_its_end_blocks_is_damaged(
     assert ids(read) == good  # the records before the damage, then the error
     # Skipped: the damaged record is counted (its later members may be lost), and a cut
     # inside the end blocks, which loses no record, is still reported.
-    counter = SkipCounter()
+    counter = Skipped()
     index = index_shard(str(path), on_error="skip", cache_dir=False, counter=counter)
     assert index.count == len(good) and counter.total == index.skipped == 1
     assert re.search(CUTS[where], counter.messages[0])
-    direct = SkipCounter()
+    direct = Skipped()
     assert ids(read_records(str(path), on_error="skip", counter=direct)) == good
     assert direct.total == 1 and re.search(CUTS[where], direct.messages[0])
     assert ids(read_records(str(path), on_error="skip", index=index)) == good
