@@ -114,7 +114,10 @@ def _groups(
         except TarDamage as damage:
             if group is not None:
                 if not damage.at_end:  # members of the open record may be lost
-                    group.problem = f"{damage.reason}; the record may lack members"
+                    reason = damage.reason
+                    if damage.member is not None and repr(damage.member) not in reason:
+                        reason += f" in member {damage.member!r}"
+                    group.problem = f"{reason}; the record may lack members"
                     damage.counted = True
                 yield group
             raise
