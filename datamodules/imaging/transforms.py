@@ -248,5 +248,3 @@ def check_image_arguments(
     height, width = as_height_width(image_size)
     size = (height, width) if isinstance(image_size, (tuple, list)) else height
     return (size, *check_mean_std(mean, std))
-
-

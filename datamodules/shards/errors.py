@@ -53,5 +53,3 @@ class RecordError(ValueError):
 
 class ShardError(RecordError):
     """A shard that cannot be opened, decompressed or parsed as a whole."""
-
-

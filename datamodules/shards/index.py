@@ -34,8 +34,9 @@ from datamodules.shards.tar import scan_tar
 
 __all__ = ["count_records", "default_cache_dir", "index_shard", "index_shards", "scan_lines"]
 
-_INDEX_VERSION = 4  # 2: size and version of the file; 3: blank .txt lines are not records;
-# 4: nor are CSV / TSV lines of only whitespace
+_INDEX_VERSION = 5  # 2: size and version of the file; 3: blank .txt lines are not records;
+# 4: nor are CSV / TSV lines of only whitespace; 5: a tar without its end-of-archive blocks is
+# damaged, tar members decode as webdataset does
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 

@@ -9,8 +9,9 @@ name, and a glob never picks one up).
 * **tar**: WebDataset's layout, readable by ``webdataset.WebDataset`` and by this library
   (:mod:`datamodules.shards.tar`). A record is a dict with ``"__key__"`` (its name: no dot
   in the part after the last ``/``) and fields named by extension, encoded by
-  :func:`~datamodules.shards.tar.encode_field` (ints for ``cls``, str for ``txt``, any
-  JSON value for ``json``, bytes for the rest). Other ``__*__`` fields (such as ``__url__``
+  :func:`~datamodules.shards.tar_fields.encode_field` (ints for ``cls``, str for ``txt``,
+  any JSON value for ``json``, an array for ``npy``, ``X.gz`` compressed, bytes for the
+  rest). Other ``__*__`` fields (such as ``__url__``
   of a record read from a shard) are not written. Member times and owners are fixed, so the
   same records always give the same bytes.
 * **parquet**: one row per record, written in row groups of at most 16 MB (or 4,096 rows).
@@ -33,7 +34,8 @@ from typing import Any
 
 from datamodules.core.checks import check_choice, check_int, check_size, check_string, rejected
 from datamodules.imaging.decoding import is_image_bytes
-from datamodules.shards.tar import encode_field, split_name
+from datamodules.shards.tar import split_name
+from datamodules.shards.tar_fields import encode_field
 
 __all__ = ["write_shard", "write_shards"]
 

@@ -67,11 +67,11 @@ def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
 def check_stream_split_arguments(dm: Any) -> None:
     """Refuses the shared arguments that do not apply to a stream (random splits, the tuner)."""
     for name, value in (("val_split", dm.val_split), ("test_split", dm.test_split)):
-        if value != 0 and not (name == "val_split" and value == 0.1):  # 0.1: base default
+        if value != 0:
             raise ValueError(
                 f"{name}={value!r} does not apply to StreamingDataModule: a stream is not "
                 f"split at random; give the records as {name[:-6]}_files= instead (leave "
-                f"{name} unset or 0)."
+                f"{name} at its default, 0)."
             )
     if dm.explicit_splits is not None or dm.stratify:
         name = "splits" if dm.explicit_splits is not None else "stratify"
@@ -112,7 +112,8 @@ def check_stream_arguments(
             "StreamingDataModule needs data: train_files= (paths, URLs or a glob of "
             ".jsonl/.txt/.csv/.parquet shards) or dataset_factory=."
         )
-    check_int(shuffle_buffer, "shuffle_buffer", 0)
+    # None: the default of plain or image records
+    check_int(shuffle_buffer, "shuffle_buffer", 0, allow_none=True)
     check_on_error(on_error)
     check_choice(fmt, "fmt", FORMATS, allow_none=True)
     if columns is not None and (

@@ -184,7 +184,9 @@ class TextCorpus:
         memory (or the split has no input of its own)."""
         if split == "train":
             if self.token_files is not None:
-                return read_token_files(self.token_files, self.dtype, self.eos_id)
+                return read_token_files(
+                    self.token_files, self.dtype, self.eos_id, self.declared_vocab_size
+                )
             if self.dataset_input is not None:
                 return self._dataset_store(self.dataset_input)
         files = self.files[split]

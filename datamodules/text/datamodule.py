@@ -50,6 +50,8 @@ from datamodules.text.packing import (
     check_packable,
 )
 from datamodules.text.readers import TextRecords, records_from_memory
+from datamodules.text.token_checks import check_vocab
+from datamodules.text.token_files import TokenFile
 from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
@@ -448,7 +450,11 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
             return len(self.vocab)
         declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
         if self._max_id is None:
-            self._max_id = max((_max_id(s) for s in self._sources), default=-1)
+            tops = [(_max_id(s), s) for s in self._sources]
+            for top, source in tops:  # vocab_size= is the size: an id above it is an error
+                if self.tokenizer is None and isinstance(source, TokenFile):
+                    check_vocab(source.name, top, self.declared_vocab_size)
+            self._max_id = max((top for top, _ in tops), default=-1)
         return max(declared or 0, self._max_id + 1, self.pad_id + 1)
 
     # ------------------------------------------------------------------ state
