@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from datamodules.core.splits import compute_split_indices
-from datamodules.imaging.decoding import decode_image
+from datamodules.imaging.decoding import IMG_EXTENSIONS, decode_image
 from datamodules.shards.cli import PROG, parse_args
 from datamodules.shards.dataset_index import write_dataset_index
 from datamodules.shards.index import index_shards
@@ -68,7 +68,7 @@ _EXTENSION = {".jpeg": "jpg", ".tif": "tiff"}
 
 def list_folder(src: Path) -> tuple[list[str], list[tuple[str, int]]]:
     """Classes and ``(path, class index)`` samples, exactly as torchvision's ImageFolder."""
-    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+    from torchvision.datasets.folder import find_classes, make_dataset
 
     classes, class_to_idx = find_classes(str(src))
     return classes, make_dataset(str(src), class_to_idx, extensions=IMG_EXTENSIONS)

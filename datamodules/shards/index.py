@@ -23,18 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.remote.versions import expect
 from datamodules.shards.delimited import DELIMITERS, csv_rows
-from datamodules.shards.errors import (
-    KEEP_MESSAGES,
-    OnError,
-    ShardError,
-    SkipCounter,
-    check_on_error,
-)
+from datamodules.shards.errors import OnError, ShardError, check_on_error
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import json_reason, parse_line
 from datamodules.shards.lines import BOM, ShardLines, is_blank
@@ -53,7 +48,9 @@ __all__ = [
     "trusted_index_file",
 ]
 
-_INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
+_INDEX_VERSION = 5  # 2: size and version of the file; 3: blank .txt lines are not records;
+# 4: nor are CSV / TSV lines of only whitespace; 5: a tar without its end-of-archive blocks is
+# damaged, tar members decode as webdataset does
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -73,7 +70,7 @@ def index_shard(
     fmt: str | None = None,
     on_error: OnError = "raise",
     cache_dir: str | os.PathLike | bool | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     options: RemoteOptions | None = None,
 ) -> ShardIndex:
     """Counts the records of one shard and notes seek offsets; cached, so done once.
@@ -105,7 +102,7 @@ def index_shard(
         index = _load_file(trusted, path)
         if index is not None and index.version is not None:
             if counter is not None:
-                counter.add_index(index)
+                counter.add(index.path, index.skipped, index.problems, index.error)
             return index
     try:
         fp = file_version(path, options)
@@ -121,7 +118,7 @@ def index_shard(
             if trusted is not None:
                 _store_file(trusted, index)
             if counter is not None:
-                counter.add_index(index)
+                counter.add(index.path, index.skipped, index.problems, index.error)
             return index
     expect(path, None)  # what a reader expected of an older version does not bind the scan
     try:
@@ -135,7 +132,7 @@ def index_shard(
         if trusted is not None:
             _store_file(trusted, index)
     if counter is not None:
-        counter.add_index(index)
+        counter.add(index.path, index.skipped, index.problems, index.error)
     return index
 
 
@@ -192,7 +189,7 @@ def _unreadable(path, fmt, compression, on_error, err, counter) -> ShardIndex:
         raise shard_err from err
     index = ShardIndex(path, fmt, compression, on_error, 0, error=str(shard_err))
     if counter is not None:
-        counter.add_index(index)
+        counter.add(index.path, index.skipped, index.problems, index.error)
     return index
 
 
@@ -250,7 +247,7 @@ def _store_file(file: str, index: ShardIndex) -> None:
         pass
 
 
-def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: SkipCounter):
+def scan_lines(lines: ShardLines, fmt: str, on_error: str, skips: Skipped):
     """Yields ``(line, offset)`` of each JSONL / text record, as the readers will see them:
     under "raise" structurally (non-blank lines), under "skip" only the valid ones."""
     for raw in lines:
@@ -288,7 +285,7 @@ def _scan(
         return ShardIndex(path, fmt, None, "raise", count, columns=names)
     if fmt == "tar":
         return scan_tar(path, compression, on_error, options)
-    skips = SkipCounter(keep=KEEP_MESSAGES)
+    skips = Skipped()
     every = _EVERY if compression is None else 0
     offsets: list[int] = []
     line_nos: list[int] = []
@@ -336,7 +333,7 @@ def index_shards(
     fmt: str | None = None,
     on_error: OnError = "raise",
     cache_dir: str | os.PathLike | bool | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     max_threads: int = 8,
     options: RemoteOptions | None = None,
 ) -> list[ShardIndex]:

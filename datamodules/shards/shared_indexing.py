@@ -31,10 +31,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import RemoteOptions, call_with_retries
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import index_shards, remember
 from datamodules.shards.shard_index import ShardIndex
 
@@ -94,7 +94,7 @@ def index_shards_shared(
     fmt: str | None = None,
     on_error: str = "raise",
     cache_dir: str | os.PathLike | bool | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     options: RemoteOptions | None = None,
     collective: bool = True,
 ) -> list[ShardIndex]:
@@ -118,7 +118,7 @@ def index_shards_shared(
                 remember(index, cache_dir)
     if counter is not None:
         for index in result:
-            counter.add_index(index)
+            counter.add(index.path, index.skipped, index.problems, index.error)
     return result
 
 

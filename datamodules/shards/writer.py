@@ -9,8 +9,9 @@ name, and a glob never picks one up).
 * **tar**: WebDataset's layout, readable by ``webdataset.WebDataset`` and by this library
   (:mod:`datamodules.shards.tar`). A record is a dict with ``"__key__"`` (its name: no dot
   in the part after the last ``/``) and fields named by extension, encoded by
-  :func:`~datamodules.shards.tar.encode_field` (ints for ``cls``, str for ``txt``, any
-  JSON value for ``json``, bytes for the rest). Other ``__*__`` fields (such as ``__url__``
+  :func:`~datamodules.shards.tar_fields.encode_field` (ints for ``cls``, str for ``txt``,
+  any JSON value for ``json``, an array for ``npy``, ``X.gz`` compressed, bytes for the
+  rest). Other ``__*__`` fields (such as ``__url__``
   of a record read from a shard) are not written. Member times and owners are fixed, so the
   same records always give the same bytes.
 * **parquet**: one row per record, written in row groups of at most 16 MB (or 4,096 rows).
@@ -36,12 +37,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from datamodules.core.checks import check_choice, check_int, check_size, check_string, rejected
 from datamodules.imaging.decoding import is_image_bytes
-from datamodules.remote.cache import parse_size
 from datamodules.shards.dataset_index import write_dataset_index
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.shards.tar import EVERY as TAR_EVERY
-from datamodules.shards.tar import encode_field, split_name
+from datamodules.shards.tar import split_name
+from datamodules.shards.tar_fields import encode_field
 
 __all__ = ["index_path", "write_shard", "write_shards"]
 
@@ -91,16 +93,13 @@ def write_shards(
         ValueError, TypeError: A bad argument, or a record that cannot be written (naming
             the record and the field).
     """
-    if fmt not in SHARD_FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {SHARD_FORMATS}.")
-    limit = parse_size(max_bytes, "max_bytes")
+    check_choice(fmt, "fmt", SHARD_FORMATS)
+    limit = check_size(max_bytes, "max_bytes")
     assert limit is not None
-    if max_records is not None and (
-        isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
-    ):
-        raise ValueError(f"max_records={max_records!r} is not accepted: use an int >= 1 or None.")
-    if not isinstance(prefix, str) or not prefix or "/" in prefix or os.sep in prefix:
-        raise ValueError(f"prefix={prefix!r} is not accepted: use a file name prefix.")
+    check_int(max_records, "max_records", 1, allow_none=True)
+    check_string(prefix, "prefix", "a file name prefix")
+    if "/" in prefix or os.sep in prefix:
+        raise rejected("prefix", prefix, "a file name prefix")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     writer_class = _SHARDS[fmt]

@@ -23,9 +23,9 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.shards.shared_indexing import (
@@ -77,7 +77,7 @@ class StreamSplits:
 
     files: dict[str, Any]
     shards: dict[str, ShardTable]
-    skipped: SkipCounter
+    skipped: Skipped
     #: True while ``setup(stage)`` runs: indexing may then be shared by the ranks.
     _collective = False
 
@@ -148,7 +148,8 @@ class StreamSplits:
             if isinstance(part, ShardTable):
                 tables.append(part)
                 for k in part.flagged:
-                    self.skipped.add_index(part[k])
+                    index = part[k]
+                    self.skipped.add(index.path, index.skipped, index.problems, index.error)
             else:
                 tables.append(ShardTable.of(self._index_paths(part, name)))
         shards = ShardTable.join(tables)
@@ -164,7 +165,7 @@ class StreamSplits:
             return [
                 ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
             ]
-        counter = SkipCounter()
+        counter = Skipped()
         if self._collective and process_group() is not None:  # one rank scans each shard
             shards = index_shards_shared(
                 paths, self.fmt, self.on_error, self.index_cache, counter, self.remote
@@ -175,7 +176,7 @@ class StreamSplits:
             )
         if counter.counts or counter.unreadable:
             for index in shards:
-                self.skipped.add_index(index)
+                self.skipped.add(index.path, index.skipped, index.problems, index.error)
             rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
         return shards
 

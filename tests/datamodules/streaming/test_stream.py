@@ -108,7 +108,9 @@ class IdReader:
 
 def simulate(stream: ShardedStream, workers: int, monkeypatch) -> list[list[int]]:
     """One rank's epoch with ``workers`` simulated workers taken round-robin, in-process
-    (the stream begins its epoch as a StreamLoader would make it)."""
+    (the stream begins its epoch as a StreamLoader would make it). The simulated workers hand
+    their batches over one by one, as a StreamLoader's workers deal them out of messages."""
+    stream._send_messages = False  # attach_loader(workers > 0) turns messages on
     stream.begin_epoch(workers)
     gens = []
     for w in range(workers):
