@@ -33,12 +33,14 @@ from typing import Any
 from datamodules.remote.files import is_remote, local_path
 from datamodules.remote.listing import expand_files, has_magic
 from datamodules.remote.retrying import RemoteError, RemoteOptions
+from datamodules.shards.dataset_index import is_index_spec
 from datamodules.shards.delimited import DELIMITERS, csv_rows, header_row
 from datamodules.shards.errors import RecordError
 from datamodules.shards.formats import accepted_extensions, detect_format
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
 from datamodules.shards.parquet import parquet_batches, parquet_file
+from datamodules.shards.shared_indexing import expand_indexes
 from datamodules.shards.txt import numbered_txt
 
 __all__ = [
@@ -84,8 +86,9 @@ def accepted_names() -> str:
 def check_file_argument(value: Any, name: str) -> list[str]:
     """Checks a ``train_file`` / ``val_file`` / ``test_file`` argument in ``__init__``.
 
-    Accepts a path or URL, a glob, a directory, or a list of them. Globs and directories are
-    expanded in ``setup`` (:func:`find_files`); a plain file name must have an accepted suffix.
+    Accepts a path or URL, a glob, a directory, a dataset index (``*.index.json``), or a list of
+    them. Globs, directories and indexes are expanded in ``setup`` (:func:`find_files`); a plain
+    file name must have an accepted suffix.
 
     Returns:
         The items as strings.
@@ -106,7 +109,7 @@ def check_file_argument(value: Any, name: str) -> list[str]:
             )
         text = os.fspath(item)
         directory = not is_remote(text) and os.path.isdir(local_path(text))
-        if not (has_magic(text) or directory or file_format(text)):
+        if not (has_magic(text) or directory or file_format(text) or is_index_spec(text)):
             raise ValueError(
                 f"{name}={text!r} is not accepted: use a file ending in " + accepted_names() + "."
             )
@@ -121,6 +124,7 @@ def find_files(items: list[str], name: str, options: RemoteOptions) -> list[str]
         FileNotFoundError: A local file that does not exist, or a glob that matches nothing.
         ValueError: A matched file whose suffix is not accepted, or one listed twice.
     """
+    items = expand_indexes(items, options)  # a dataset index (*.json): the files it lists
     try:
         files = expand_files(
             items, options, known=lambda p: file_format(p) is not None, what="file"

@@ -333,3 +333,14 @@ def test_the_shards_command_writes_the_split_indexes(tmp_path: Path) -> None:
         assert all(not e["url"].startswith("/") for e in data["shardlist"])
     dm = make(str(out / "train.index.json"), tmp_path, transform=lambda r: {"id": r["cls"]})
     assert sorted(ids(dm)) == [0] * 4 + [1] * 4
+
+
+def test_text_reads_the_files_an_index_lists(tmp_path: Path) -> None:
+    from datamodules import TextDataModule
+
+    texts = [{"text": f"document {i} " + "w" * (i % 5)} for i in range(12)]
+    write_shards(texts, tmp_path / "corpus", fmt="jsonl", max_records=5)
+    dm = TextDataModule(train_file=str(tmp_path / "corpus" / "shard.index.json"), val_split=0,
+                        shuffle=False, bucket=False, batch_size=12)  # fmt: skip
+    dm.setup("fit")
+    assert dm.split_size("train") == 12
