@@ -163,7 +163,8 @@ class ShardReader:
             )  # fmt: skip
         else:  # (the index names a copy's records by the shard's URL)
             records = self._read_copy(read, path, fmt, start, stop, index)
-        return _named_changes(records, path)
+        # (a local shard was checked above; a remote one is checked on the response)
+        return _named_changes(records, path) if is_remote(path) else records
 
     def _check_local(self, path: str) -> None:
         try:
