@@ -18,6 +18,10 @@ and no data kind, so ``python -m datamodules shards`` and ``index`` never import
 * :mod:`~datamodules.shards.errors`: :class:`RecordError`, :class:`ShardError`, ``on_error``.
 * :mod:`~datamodules.shards.shard_index` and :mod:`~datamodules.shards.index`: how many records
   a shard holds and where to seek, cached on disk.
+* :mod:`~datamodules.shards.dataset_index`: dataset indexes (``*.index.json``, webdataset's
+  wids format) that setup reads instead of the shards;
+  :mod:`~datamodules.shards.shared_indexing`: indexing once per job under DDP, an index file
+  fetched once per node; :mod:`~datamodules.shards.index_cli`: ``python -m datamodules index``.
 * :mod:`~datamodules.shards.writer`: :func:`write_shards`;
   :mod:`~datamodules.shards.folder_shards`: ``python -m datamodules shards``.
 """
