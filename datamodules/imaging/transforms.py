@@ -163,7 +163,9 @@ class RandomResizedCropFlip:
             crop = image.as_strided((h, w, channels), (channels * width, channels, 1), offset)
         else:
             crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
-        crop = crop.flip(1) if random.random() < self.flip_p else crop.contiguous()
+        # flip() keeps the strides of a dense view (a whole transposed image): copy to HWC.
+        flip = random.random() < self.flip_p
+        crop = (crop.flip(1) if flip else crop).contiguous()
         return resize_hwc(crop, self._hw, out)
 
     def __repr__(self) -> str:
