@@ -407,9 +407,10 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
     def _where(self, item: tuple[Any, int, int]) -> tuple[str, str, str | None]:
         """(shard, line or row, source name) of a record the stream carries."""
         _, shard, position = item
-        indexes = getattr(self.reader, "indexes", {})
         path = self.paths[shard]
-        place = record_place(indexes.get(path), position, getattr(self.reader, "options", None))
+        index_of = getattr(self.reader, "index_of", None)
+        index = index_of(path) if index_of is not None else None
+        place = record_place(index, position, getattr(self.reader, "options", None))
         source = None
         if self.sources is not None:
             source = next((s.name for s in self.sources if shard in s.shards), None)
