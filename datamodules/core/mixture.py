@@ -32,11 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamodules.core.checks import is_number
 from datamodules.core.sources import (
     Source,
     check_sources,
     describe_weight,
-    is_number,
     last_point,
     weight_at,
 )

@@ -11,56 +11,60 @@ per epoch is :mod:`datamodules.core.mixture`'s.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Source", "check_sources", "describe_weight", "is_number", "last_point", "weight_at"]
+from datamodules.core.checks import (
+    check_not_pipe,
+    check_number,
+    check_string,
+    is_number,
+    rejected,
+)
+
+__all__ = ["Source", "check_sources", "describe_weight", "last_point", "weight_at"]
 
 #: What a weight may be: a number, or a schedule of ``[epoch, weight]`` points.
 WEIGHT_ACCEPTED = "a number >= 0 or a schedule [[epoch, weight], ...]"
 
 
-def is_number(value: Any) -> bool:
-    """Whether ``value`` is a finite real number (not a bool)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_weight(value: Any, where: str) -> Any:
-    """``value`` as a number or a schedule (a list of ``[epoch, weight]`` lists)."""
+    """``value`` as a number or a schedule (a list of ``[epoch, weight]`` lists).
+
+    Raises:
+        TypeError: Neither a number nor a list, or a point that is not a list of numbers.
+        ValueError: A number below 0 or not finite, an empty schedule, a point that is not
+            ``[epoch, weight]``, an epoch or weight below 0, or epochs not increasing.
+    """
+    name = f"{where}: weight"
     if value is None:
         return None
     if is_number(value):
-        if value < 0:
-            raise ValueError(f"{where}: weight={value!r} is not accepted: use {WEIGHT_ACCEPTED}.")
+        if not math.isfinite(value) or value < 0:
+            raise rejected(name, value, WEIGHT_ACCEPTED)
         return value
-    ok = isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) > 0
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        raise rejected(name, value, WEIGHT_ACCEPTED, TypeError)
     points: list[list[Any]] = []
-    if ok:
-        for point in value:
-            if (
-                isinstance(point, (str, bytes))
-                or not isinstance(point, Sequence)
-                or len(point) != 2
-                or not all(is_number(x) for x in point)
-                or point[0] < 0
-                or point[1] < 0
-            ):
-                ok = False
-                break
-            points.append([point[0], point[1]])
-    if not ok:
-        raise ValueError(
-            f"{where}: weight={value!r} is not accepted: use {WEIGHT_ACCEPTED} (epochs and "
-            "weights >= 0)."
-        )
+    for point in value:
+        if (
+            not isinstance(point, Sequence)
+            or isinstance(point, (str, bytes))
+            or not all(is_number(x) for x in point)
+        ):
+            raise rejected(name, value, f"{WEIGHT_ACCEPTED} (points of numbers)", TypeError)
+        if len(point) != 2 or not all(math.isfinite(x) and x >= 0 for x in point):
+            raise rejected(name, value, f"{WEIGHT_ACCEPTED} (epochs and weights >= 0)")
+        points.append([point[0], point[1]])
+    if not points:
+        raise rejected(name, value, f"{WEIGHT_ACCEPTED} (at least one point)")
     epochs = [p[0] for p in points]
     if any(b <= a for a, b in zip(epochs, epochs[1:], strict=False)):
         raise ValueError(
-            f"{where}: weight={value!r} is not accepted: the epochs of a schedule must "
-            f"increase, got {epochs}."
+            f"{name}={value!r} is not accepted: the epochs of a schedule must increase, got "
+            f"{epochs}."
         )
     return points
 
@@ -127,20 +131,19 @@ class Source:
         object.__setattr__(
             self, "files", os.fspath(files) if single else [os.fspath(f) for f in files]
         )
-        object.__setattr__(self, "weight", _check_weight(self.weight, f"Source({self.files!r})"))
-        repeat = self.repeat
-        if repeat is not None and (not is_number(repeat) or repeat < 0):
-            raise ValueError(
-                f"Source({self.files!r}): repeat={repeat!r} is not accepted: use a number >= 0 "
-                "or None."
-            )
+        for path in [self.files] if single else self.files:
+            check_not_pipe(path, "Source files")
+        where = f"Source({self.files!r})"
+        object.__setattr__(self, "weight", _check_weight(self.weight, where))
+        check_number(self.repeat, f"{where}: repeat", 0, allow_none=True)
+        if self.repeat is not None and not math.isfinite(self.repeat):
+            raise rejected(f"{where}: repeat", self.repeat, "a finite number >= 0 or None")
         if self.weight is not None and self.repeat is not None:
             raise ValueError(
-                f"Source({self.files!r}) gives weight={self.weight!r} and repeat="
-                f"{self.repeat!r}: give one of them."
+                f"{where} gives weight={self.weight!r} and repeat={self.repeat!r}: give one of "
+                "them."
             )
-        if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            raise ValueError(f"Source name={self.name!r} is not accepted: use a non-empty string.")
+        check_string(self.name, "Source name", allow_none=True)
 
     def to_plain(self) -> dict[str, Any]:
         """This source as plain data (how checkpoints keep it); ``Source(**d)`` rebuilds it,

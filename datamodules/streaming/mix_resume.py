@@ -22,6 +22,7 @@ from typing import Any
 
 from datamodules.core.context import log
 from datamodules.core.mixture import Mixture, Source
+from datamodules.shards.dataset_index import ShardTable
 from datamodules.streaming.engine.mixed import interrupted
 from datamodules.streaming.splits import SplitSource
 
@@ -31,7 +32,7 @@ __all__ = ["StreamMixResume"]
 class StreamMixResume:
     """Continuing a checkpoint's train mix (a mixin; see the module docstring)."""
 
-    shards: dict[str, list[Any]]
+    shards: dict[str, ShardTable]
     mixes: dict[str, list[SplitSource]]
     mixtures: dict[str, Mixture]
     _mix_resume: tuple[dict[str, Any], bool] | None
@@ -72,7 +73,6 @@ class StreamMixResume:
     def _add_hidden(self, owing: list[dict[str, Any]], epoch: int) -> None:
         """Indexes sources removed since the checkpoint that still owe records to the epoch it
         interrupted."""
-        shards = self.shards["train"]
         for s in owing:
             name, listing = s["name"], s.get("listing") or []
             paths = [str(item[0]) for item in listing]
@@ -85,8 +85,9 @@ class StreamMixResume:
                     f"be read ({err}). Keep its files, or resume from a checkpoint taken at the "
                     "end of an epoch."
                 ) from err
+            shards = self.shards["train"]
             first = len(shards)
-            shards.extend(found)
+            self.shards["train"] = ShardTable.join([shards, ShardTable.of(found)])
             records = sum(f.count for f in found)
             own = tuple(range(first, first + len(found)))
             source = Source(paths, name=name)

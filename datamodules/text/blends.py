@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.core.checks import check_bool
+from datamodules.core.checks import check_bool, check_int
 from datamodules.core.loaders import ResumableDataLoader
 from datamodules.core.mix_logging import MixLogging
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, schedule_lines
 from datamodules.core.summary import counted
-from datamodules.remote.listing import check_not_pipe
 from datamodules.text.inputs import find_files
 from datamodules.text.mixture import (
     BlendCorpus,
@@ -72,8 +71,6 @@ def check_blend(value: Any, name: str) -> list[Source] | None:
     if not all(isinstance(v, Source) for v in items):
         raise TypeError(f"{name}: give a list of Sources or of paths, not both: {value!r}.")
     for source in items:
-        for path in source.paths:
-            check_not_pipe(path, "Source files")
         if name == "token_files" and not isinstance(source.files, str):
             raise ValueError(
                 f"token_files: Source({source.files!r}) is not accepted: give each token source "
@@ -94,8 +91,7 @@ class TextBlends(MixLogging):
         check_bool(eval_per_source, "eval_per_source")
         train = self.blend_sources("train")
         if epoch_size is not None:
-            if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
-                raise ValueError(f"epoch_size={epoch_size!r} is not accepted: use an int >= 1.")
+            check_int(epoch_size, "epoch_size", 1)
             if train is None or train[0].weight is None:
                 raise ValueError(
                     f"epoch_size={epoch_size!r} splits an epoch between weighted sources: give "
@@ -135,7 +131,10 @@ class TextBlends(MixLogging):
         if sources is None:
             return None
         if split == "train" and isinstance(self.token_files, list):
-            parts = [read_token_files(s.files, self.dtype, self.eos_id) for s in sources]
+            parts = [
+                read_token_files(s.files, self.dtype, self.eos_id, self.declared_vocab_size)
+                for s in sources
+            ]
         else:
             name = _NAMES[split]
             parts = [

@@ -32,25 +32,21 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Source
-from datamodules.core.samplers import IndexBatchSampler
-from datamodules.core.views import SplitView
 from datamodules.text.arguments import check_text_arguments
-from datamodules.text.blends import BlendCorpus, TextBlends, blend_parts
+from datamodules.text.blends import TextBlends, blend_parts
 from datamodules.text.corpus import TextCorpus
-from datamodules.text.encoding import EncodedTexts, TextBatchView
+from datamodules.text.encoding import EncodedTexts
 from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import TextLabels
-from datamodules.text.packing import (
-    PackedRowSampler,
-    PackedTextView,
-    PackPlanner,
-    check_packable,
-)
+from datamodules.text.packing import PackPlanner, check_packable
 from datamodules.text.readers import TextRecords, records_from_memory
+from datamodules.text.token_checks import check_vocab
+from datamodules.text.token_files import TokenFile
+from datamodules.text.views import TextViews
 from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
@@ -67,7 +63,7 @@ Tokenizer = str | Callable[[str], Sequence[int]] | Any
 Files = Sequence[Source] | str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
-class TextDataModule(TextBlends, TextCorpus, TextLabels, TextInspection, BaseDataModule):
+class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspection, BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -104,9 +100,10 @@ class TextDataModule(TextBlends, TextCorpus, TextLabels, TextInspection, BaseDat
             token store; labels from its ``label_key`` column, when it has one).
         labels: One int or string label per text, or None.
         train_file: A path or URL, a glob, a directory, or a list of them, instead of
-            ``texts``: ``.jsonl``, ``.csv``, ``.tsv`` or ``.txt`` files (each optionally
-            ``.gz`` / ``.zst``) and ``.parquet`` (see :mod:`datamodules.text.inputs`); or a
-            blend, a list of :class:`~datamodules.Source` (:mod:`datamodules.text.blends`).
+            ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
+            optionally ``.gz`` / ``.zst``) and ``.parquet`` / ``.pq``, read through the shard
+            layer (see :mod:`datamodules.text.inputs`); or a blend, a list of
+            :class:`~datamodules.Source` (:mod:`datamodules.text.blends`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
@@ -226,9 +223,8 @@ class TextDataModule(TextBlends, TextCorpus, TextLabels, TextInspection, BaseDat
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
-        for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str) and not (name == "label_key" and key is None):
-                raise TypeError(f"{name}={key!r} is not accepted: use a string.")
+        check_string(text_key, "text_key", "a string", allow_empty=True)
+        check_string(label_key, "label_key", "a string or None", allow_none=True, allow_empty=True)
         check_text_arguments(
             tokenizer=tokenizer,
             lowercase=lowercase,
@@ -384,63 +380,6 @@ class TextDataModule(TextBlends, TextCorpus, TextLabels, TextInspection, BaseDat
             )
         return vocab
 
-    # ------------------------------------------------------------------ loaders
-    def planner(self, split: str) -> PackPlanner:
-        """The pack planner of a split (``packing=True``): its rows for every epoch."""
-        indices = self._require_setup()[split]
-        if split not in self._planners:
-            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
-            shuffle = self.shuffle and split == "train"
-            self._planners[split] = PackPlanner(
-                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
-            )
-        return self._planners[split]
-
-    def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
-        if isinstance(dataset, BlendCorpus):
-            return self.blend_view(split, dataset, indices)
-        if self.packing:
-            planner = self.planner(split)
-            return PackedTextView(
-                dataset.encoded, indices, self.transform_for(split), planner, self.pad_id
-            )
-        return TextBatchView(
-            dataset.encoded,
-            indices,
-            self.transform_for(split),
-            self.pad_id,
-            self.padding_side,
-            self.pad_to_multiple_of,
-        )
-
-    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
-        train = split == "train"
-        if hasattr(view, "mixture"):  # a blend (datamodules/text/mixture.py)
-            return self.blend_sampler(split, view, rank, world)
-        if isinstance(view, PackedTextView):
-            return PackedRowSampler(
-                view.planner,
-                self.batch_size,
-                drop_last=self.drop_last and train,
-                num_replicas=world,
-                rank=rank,
-            )
-        assert isinstance(view, TextBatchView)
-        return BucketBatchSampler(
-            view.lengths,
-            self.batch_size if self.batch_by == "samples" else None,
-            batch_by=self.batch_by,
-            max_tokens=self.max_tokens,
-            bucket=self.bucket if train else self.eval_bucket,
-            pool_batches=self.pool_batches,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            shuffle=self.shuffle and train,
-            drop_last=self.drop_last and train,
-            seed=self.shuffle_seed,
-            num_replicas=world,
-            rank=rank,
-        )
-
     # ------------------------------------------------------------------ inspection
     def encode(self, text: str) -> list[int]:
         """Token ids of a new text, as this module tokenizes (vocabulary and truncation)."""
@@ -458,7 +397,11 @@ class TextDataModule(TextBlends, TextCorpus, TextLabels, TextInspection, BaseDat
             return len(self.vocab)
         declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
         if self._max_id is None:
-            self._max_id = max((_max_id(s) for s in self._sources), default=-1)
+            tops = [(_max_id(s), s) for s in self._sources]
+            for top, source in tops:  # vocab_size= is the size: an id above it is an error
+                if self.tokenizer is None and isinstance(source, TokenFile):
+                    check_vocab(source.name, top, self.declared_vocab_size)
+            self._max_id = max((top for top, _ in tops), default=-1)
         return max(declared or 0, self._max_id + 1, self.pad_id + 1)
 
     # ------------------------------------------------------------------ state

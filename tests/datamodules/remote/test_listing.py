@@ -76,5 +76,5 @@ def test_a_pipe_url_is_refused_at_construction_naming_the_url_to_use(
     assert str(caught.value).startswith(f"train_files={spec!r} is not accepted")
     assert instead in str(caught.value)
     with pytest.raises(ValueError, match="Source files="):
-        StreamingDataModule([Source([spec], weight=1.0)])
+        Source([spec], weight=1.0)
     check_not_pipe("s3://bucket/train-0.tar")  # a URL itself is fine

@@ -49,21 +49,34 @@ def test_bad_mixes_name_the_sources(sources, match) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        ({"weight": -1}, r"weight=-1 is not accepted: use a number >= 0 or a schedule"),
-        ({"weight": [[0, 1], [0, 2]]}, r"the epochs of a schedule must increase"),
-        ({"weight": [[0, -1]]}, r"weight=\[\[0, -1\]\] is not accepted"),
-        ({"weight": [[0, 1, 2]]}, r"is not accepted: use a number >= 0 or a schedule"),
-        ({"repeat": -1}, r"repeat=-1 is not accepted: use a number >= 0"),
-        ({"weight": 1, "repeat": 1}, r"give one of them"),
-        ({"weight": "7"}, r"weight='7' is not accepted"),
-        ({"name": ""}, r"name='' is not accepted"),
+        ({"weight": -1}, ValueError, r"weight=-1 is not accepted: use a number >= 0 or a sche"),
+        ({"weight": float("nan")}, ValueError, r"weight=nan is not accepted: use a number >= 0"),
+        ({"weight": [[0, 1], [0, 2]]}, ValueError, r"the epochs of a schedule must increase"),
+        ({"weight": [[0, -1]]}, ValueError, r"weight=\[\[0, -1\]\] is not accepted"),
+        ({"weight": [[0, 1, 2]]}, ValueError, r"is not accepted: use a number >= 0 or a sche"),
+        ({"weight": []}, ValueError, r"weight=\[\] is not accepted: use a number >= 0 or a sc"),
+        ({"weight": [[0, "1"]]}, TypeError, r"weight=\[\[0, '1'\]\] is not accepted"),
+        ({"weight": True}, TypeError, r"weight=True is not accepted"),
+        ({"repeat": -1}, ValueError, r"repeat=-1 is not accepted: use a number >= 0"),
+        ({"weight": 1, "repeat": 1}, ValueError, r"give one of them"),
+        ({"weight": "7"}, TypeError, r"weight='7' is not accepted"),
+        ({"name": ""}, ValueError, r"name='' is not accepted"),
+        ({"name": 3}, TypeError, r"name=3 is not accepted"),
     ],
 )
-def test_bad_sources_raise_naming_the_argument(kwargs, match) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_bad_sources_raise_naming_the_argument(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
         Source("data/", **kwargs)
+
+
+def test_a_weight_of_0_leaves_a_source_out_but_not_every_source() -> None:
+    # (main refused weight=0; a weight of 0 in some or all epochs is part of the mixtures
+    # contract, and an epoch whose weights are all 0 is what is refused)
+    assert quotas([Source("a", weight=0), Source("b", weight=1)], [5, 5], None) == [0, 10]
+    with pytest.raises(ValueError, match="every source's weight is 0 in epoch 0"):
+        check_sources([Source("a", weight=0), Source("b", weight=0)], "train_files")
 
 
 def test_epoch_size_needs_weights() -> None:
