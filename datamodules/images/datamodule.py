@@ -36,6 +36,7 @@ from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
 from datamodules.imaging.batches import SkipLog
 from datamodules.imaging.decoding import DECODABLE
+from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -91,6 +92,13 @@ class ImageFolderDataModule(BaseDataModule):
         normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
         mean: Per-channel mean (ImageNet's by default).
         std: Per-channel standard deviation (ImageNet's by default).
+        decode: ``"scaled"`` (default): a JPEG that the transform shrinks 2x or more is decoded
+            at the largest DCT scale (1/2, 1/4, 1/8) that keeps the region it uses at or above
+            the output size, for a fraction of the cost; the default train transform draws
+            its crop from the JPEG's header first, the default eval transform scales for its
+            resize target, a custom transform gets full images unless it declares a
+            ``decode_size`` (:mod:`datamodules.imaging.scaled`). PNG, WebP and small JPEGs are
+            decoded in full either way. ``"full"``: every image in full, every pixel exact.
         on_error: ``"raise"`` (default) or ``"skip"`` unreadable files (skips are counted,
             listed in ``dm.skipped`` and reported in a warning at the end of each epoch).
         balanced: Sample classes equally in training (weighted draws with replacement).
@@ -114,6 +122,7 @@ class ImageFolderDataModule(BaseDataModule):
         normalize: bool = True,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
+        decode: str = "scaled",
         on_error: str = "raise",
         balanced: bool = False,
         extensions: Sequence[str] = IMG_EXTENSIONS,
@@ -149,6 +158,7 @@ class ImageFolderDataModule(BaseDataModule):
                 raise ValueError(f"{name}={stats!r} is not accepted: give 3 values (R, G, B).")
         if any(s <= 0 for s in std):
             raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+        check_decode(decode)
         if not isinstance(balanced, bool):
             raise TypeError(f"balanced={balanced!r} is not accepted: use True or False.")
         self.root = os.fspath(root)
@@ -159,6 +169,7 @@ class ImageFolderDataModule(BaseDataModule):
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.on_error = on_error
+        self.decode = decode
         self.balanced = balanced
         self.extensions = tuple(extensions)
         if self.train_transforms is None:
@@ -223,9 +234,8 @@ class ImageFolderDataModule(BaseDataModule):
         return torch.from_numpy(self.index.targets)
 
     def make_view(self, split: str, dataset: ImageFolderIndex, indices: torch.Tensor) -> SplitView:
-        return ImageBatchView(
-            dataset, indices, self.transform_for(split), self.on_error, self.skip_log
-        )
+        transform, skips = self.transform_for(split), self.skip_log
+        return ImageBatchView(dataset, indices, transform, self.on_error, skips, self.decode)
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         if split == "train" and self.balanced:
@@ -397,6 +407,7 @@ class ImageFolderDataModule(BaseDataModule):
             f"loader, {scaled} "
             f"on the device; on_error={self.on_error!r}"
         )
+        lines.append(decoding_summary(self.decode, self.train_transforms, self.eval_transforms))
         if self.skip_log is not None:
             lines.append(f"  skipped so far: {len(self.skipped)} file(s)")
         return lines

@@ -31,7 +31,8 @@ import torch
 
 from collates.records import collate_records
 from datamodules.imaging.batches import ImageBatchWriter, SkipLog
-from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
+from datamodules.imaging.decoding import ImageDecodeError
+from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
@@ -86,6 +87,7 @@ class ImageRecordCollate:
         transform: The split's transform on uint8 ``(3, H, W)`` images (one size per batch).
         on_error: ``"raise"`` or ``"skip"`` bad records.
         skip_log: Where skipped records are logged for the main process (``"skip"``).
+        decode: ``"scaled"`` or ``"full"`` (:class:`~datamodules.imaging.scaled.ImageDecoder`).
     """
 
     def __init__(
@@ -96,7 +98,9 @@ class ImageRecordCollate:
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         on_error: str = "raise",
         skip_log: SkipLog | None = None,
+        decode: str = "full",
     ) -> None:
+        self.decoder = ImageDecoder(transform, decode)
         self.image_keys = tuple(image_keys)
         self.label_key = label_key
         self.classes = None if classes is None else tuple(classes)
@@ -112,11 +116,11 @@ class ImageRecordCollate:
         rest: list[dict[str, Any]] = []
         for record in records:
             try:
-                image, label = self._decode(record)
+                image, own, label = self._decode(record)
             except _Bad as bad:
                 self._bad(record, str(bad))
                 continue
-            writer.add(image)
+            writer.add(image, own)
             labels.append(label)
             if self.label_key is None:
                 rest.append({k: v for k, v in record.items() if k not in self.image_keys})
@@ -128,8 +132,8 @@ class ImageRecordCollate:
                     shard, where, "every record of this batch is bad and no good one was read "
                     "before it to fill the batch (on_error='skip')"
                 )  # fmt: skip
-            image, label = self._decode(self._last_good)
-            writer.add(image)
+            image, own, label = self._decode(self._last_good)
+            writer.add(image, own)
             labels.append(label)
             if self.label_key is None:
                 rest.append({k: v for k, v in self._last_good.items() if k not in self.image_keys})
@@ -139,7 +143,9 @@ class ImageRecordCollate:
             return images, torch.tensor(labels, dtype=torch.int64)
         return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
 
-    def _decode(self, record: Any) -> tuple[torch.Tensor, int]:
+    def _decode(self, record: Any) -> tuple[torch.Tensor, Any, int]:
+        """``(image, its own transform or None, label)`` of a record (see
+        :meth:`~datamodules.imaging.scaled.ImageDecoder.bytes`)."""
         if not isinstance(record, Mapping):
             raise _Bad(f"is a {type(record).__name__}, not a dict with an image field")
         label = self._label(record) if self.label_key is not None else -1
@@ -156,14 +162,14 @@ class ImageRecordCollate:
                 if data is None:
                     if not path or not os.path.isfile(path):
                         raise _Bad(f"field {key!r} holds no bytes and no readable path ({path!r})")
-                    return decode_image(path, channels_last=True), label
+                    return (*self.decoder.file(path), label)
                 value = data
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 raise _Bad(f"field {key!r} holds a {type(value).__name__}, not encoded image bytes")
-            image = decode_image_bytes(value, channels_last=True)  # errors name the record below
+            image, own = self.decoder.bytes(value)  # errors name the record below
         except ImageDecodeError as error:
             raise _Bad(f"field {key!r}: {error.reason}") from error
-        return image, label
+        return image, own, label
 
     def _label(self, record: Mapping[str, Any]) -> int:
         if self.label_key not in record:

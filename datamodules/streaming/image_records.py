@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from datamodules.imaging.batches import SkipLog
+from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -39,7 +40,8 @@ from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
 
 __all__ = ["StreamImages", "check_image_records"]
 
-_DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True}
+_DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True,
+             "decode": "scaled"}  # fmt: skip
 
 
 def _image_keys(image_key: Any) -> tuple[str, ...]:
@@ -61,6 +63,7 @@ def check_image_records(
     mean: Any,
     std: Any,
     collate: Any,
+    decode: Any = "scaled",
 ) -> tuple[tuple[str, ...], list[str] | None]:
     """Checks the image arguments; returns the image field's alternatives and the classes.
 
@@ -70,7 +73,7 @@ def check_image_records(
     """
     if image_key is None:
         given = {"label_key": label_key, "classes": classes, "image_size": image_size,
-                 "normalize": normalize}  # fmt: skip
+                 "normalize": normalize, "decode": decode}  # fmt: skip
         changed = [k for k, v in given.items() if v != _DEFAULTS[k]]
         changed += [k for k, v, d in (("mean", mean, IMAGENET_MEAN), ("std", std, IMAGENET_STD))
                     if not isinstance(v, Sequence) or tuple(v) != d]  # fmt: skip
@@ -97,6 +100,7 @@ def check_image_records(
         if label_key is None:
             raise ValueError("classes= maps labels to indices: it needs label_key= too.")
     check_image_arguments(image_size, mean, std)
+    check_decode(decode)
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize={normalize!r} is not accepted: use True or False.")
     if collate is not None:
@@ -121,11 +125,12 @@ class StreamImages:
 
     def _init_images(
         self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
-        mean: Any, std: Any, collate: Any,
+        mean: Any, std: Any, collate: Any, decode: Any = "scaled",
     ) -> None:  # fmt: skip
         keys, names = check_image_records(
-            image_key, label_key, classes, image_size, normalize, mean, std, collate
+            image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
         )
+        self.decode = decode
         self.image_key, self.image_keys = image_key, keys
         self.label_key = label_key if keys else None
         self._class_names = names
@@ -159,6 +164,7 @@ class StreamImages:
             self.train_transforms if split == "train" else self.eval_transforms,
             self.on_error,
             self._image_skips,
+            self.decode,
         )
         return (None if reader is None else TaggedReader(reader)), self.transform, collate
 
@@ -271,4 +277,5 @@ class StreamImages:
             f"{'x'.join(map(str, as_height_width(self.image_size)))} out of the loader, {scaled} "
             "on the device",
             f"  transforms: train {self.train_transforms!r}; eval {self.eval_transforms!r}",
+            decoding_summary(self.decode, self.train_transforms, self.eval_transforms),
         ]
