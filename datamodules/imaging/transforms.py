@@ -179,7 +179,8 @@ class RandomResizedCropFlip:
             crop = image.as_strided((h, w, channels), (channels * width, channels, 1), offset)
         else:
             crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
-        crop = crop.flip(1) if flip else crop.contiguous()
+        # flip() keeps the strides of a dense view (a whole transposed image): copy to HWC.
+        crop = (crop.flip(1) if flip else crop).contiguous()
         return resize_hwc(crop, self._hw, out)
 
     def __repr__(self) -> str:
