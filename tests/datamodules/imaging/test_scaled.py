@@ -274,13 +274,35 @@ def test_a_custom_transform_gets_full_images_unless_it_declares_a_size(tmp_path:
     assert "train decode_size 256x256; eval scale from the resize target" in dm.summary()
 
 
-def test_a_truncated_large_jpeg_raises_naming_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transform", [ResizeCenterCrop(96), RandomResizedCropFlip(96)],
+                         ids=["eval", "train"])  # fmt: skip
+def test_a_truncated_large_jpeg_raises_naming_the_file(tmp_path: Path, transform: Any) -> None:
     data = encode(photo(4))
     path = tmp_path / "cut.jpg"
-    path.write_bytes(data[: len(data) // 2])
-    decoder = ImageDecoder(ResizeCenterCrop(96), "scaled")
-    with pytest.raises(ImageDecodeError, match="cut.jpg.*Pillow JPEG decoder.*truncated"):
-        decoder.file(path)
+    path.write_bytes(data[: len(data) * 3 // 4])
+    decoder = ImageDecoder(transform, "scaled")
+    for seed in range(5):  # crops that end above the cut too: every one raises
+        random.seed(seed)
+        with pytest.raises(ImageDecodeError, match="cut.jpg.*Pillow JPEG decoder.*truncated"):
+            decoder.file(path)
+
+
+def test_rows_below_the_crop_are_not_decoded_and_change_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import datamodules.imaging.scaled as scaled
+
+    data = bytearray(encode(photo(5)))
+    used = []
+    top_rows = scaled._top_rows
+    monkeypatch.setattr(scaled, "_top_rows", lambda *a: used.append(top_rows(*a)) or used[-1])
+    for orientation, box in [(1, (10, 20, 120, 150)), (1, (0, 0, 225, 150)), (6, (7, 5, 90, 60)),
+                             (3, (100, 40, 80, 60))]:  # fmt: skip
+        fast = decode_jpeg_scaled(data, 4, orientation, box)
+        monkeypatch.setattr(scaled, "_top_rows", lambda *a: None)
+        assert torch.equal(fast, decode_jpeg_scaled(data, 4, orientation, box))
+        monkeypatch.setattr(scaled, "_top_rows", lambda *a: used.append(top_rows(*a)) or used[-1])
+    assert len(used) == 3 and all(image is not None for image in used)  # not for the last row
 
 
 # ---------------------------------------------------------------------- the DataModules
