@@ -31,6 +31,12 @@ EXIF orientation applied as for full decoding; its pixels differ from full decod
 resize by what the two resampling filters differ by (the DCT scaling averages blocks of 2, 4 or
 8 pixels, then the antialiased resize finishes), not by any shift or loss of sharpness at the
 output size.
+
+A train crop is decoded down to its last row only: libjpeg decodes from the top and cannot
+skip what lies above the crop, but the rows below it are left undecoded (about 15% of the
+work). So a JPEG damaged below a crop yet complete (ending with its EOI marker) decodes for
+that crop and raises for a crop that reaches the damage; a truncated JPEG (no EOI marker) is
+always decoded to its end, and always raises.
 """
 
 from __future__ import annotations
