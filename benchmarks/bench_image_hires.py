@@ -10,8 +10,9 @@ at a quarter of the size, upsampled) with per-pixel sensor-like noise, i.e. fine
 decode time (so decoding at 1/8 scale is only about 1.6x faster than in full, not 8x).
 
 Same folder, batch 32, ``--workers`` (2) persistent workers for every loader, one warm-up epoch
-each, then the median over ``--repeats`` (3) epochs, the loaders taking turns epoch by epoch so
-that a busy machine's drifting load hits them alike. Train (RandomResizedCrop(224) + flip):
+each, then the median over ``--repeats`` (3) epochs, the loaders taking turns epoch by epoch
+(in an order rotated every epoch) so that a busy machine's drifting load hits them alike.
+Train (RandomResizedCrop(224) + flip):
 
 * torchvision: ``DataLoader(ImageFolder(root, transform=v2.Compose([v2.RandomResizedCrop(224),
   v2.RandomHorizontalFlip(), v2.PILToTensor()])), batch_size=32, shuffle=True)``: PIL decodes
@@ -97,8 +98,10 @@ def measure(loaders: dict[str, DataLoader], n: int, repeats: int) -> dict[str, f
     for loader in loaders.values():
         images_per_second(loader, n)
     rates: dict[str, list[float]] = {name: [] for name in loaders}
+    names = list(loaders)
     for epoch in range(repeats):
-        for name, loader in loaders.items():
+        for name in names[epoch % len(names) :] + names[: epoch % len(names)]:  # rotated
+            loader = loaders[name]
             sampler = getattr(loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(epoch + 1)
