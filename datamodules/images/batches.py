@@ -3,7 +3,8 @@
 * :class:`ImageBatchView`: a split of an image folder whose item is a whole batch
   ``(images uint8 (B, 3, H, W) channels-last, targets int64 (B,))``; unreadable files raise
   :class:`~datamodules.imaging.decoding.ImageDecodeError` or, under ``on_error="skip"``, are
-  replaced by the next readable sample and logged (:class:`~datamodules.imaging.batches.SkipLog`).
+  replaced by the next readable sample and sent to ``dm.skipped``
+  (:class:`~datamodules.core.skipped.SkipChannel`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from datamodules.core.skipped import SkipChannel
 from datamodules.core.views import SplitView
 from datamodules.images.index import ImageFolderIndex
-from datamodules.imaging.batches import ImageBatchWriter, SkipLog
+from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError
 from datamodules.imaging.scaled import ImageDecoder
 
@@ -32,8 +34,8 @@ class ImageBatchView(SplitView):
         transform: A transform on uint8 ``(3, H, W)`` tensors; must give one size per batch.
         on_error: ``"raise"``: an unreadable file raises
             :class:`~datamodules.imaging.decoding.ImageDecodeError` naming it; ``"skip"``: it is
-            left out of its batch and recorded in ``skip_log``.
-        skip_log: Where skipped files are recorded.
+            left out of its batch and sent through ``skips``.
+        skips: Where skipped files are sent, for the main process's ``dm.skipped``.
         decode: ``"scaled"``: JPEGs the transform shrinks 2x or more are decoded at a reduced
             scale (:mod:`datamodules.imaging.scaled`); ``"full"``: every pixel.
     """
@@ -44,14 +46,14 @@ class ImageBatchView(SplitView):
         indices: torch.Tensor,
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         on_error: str = "raise",
-        skip_log: SkipLog | None = None,
+        skips: SkipChannel | None = None,
         decode: str = "full",
     ) -> None:
         super().__init__(indices, transform)
         self.index = index
         self.decoder = ImageDecoder(transform, decode)
         self.on_error = on_error
-        self.skip_log = skip_log
+        self.skips = skips
 
     def decode(self, row: int) -> tuple[torch.Tensor, Any] | None:
         """Decodes one sample (interleaved layout) for the transform: ``(image, its own
@@ -62,8 +64,8 @@ class ImageBatchView(SplitView):
         except ImageDecodeError as error:
             if self.on_error == "raise":
                 raise
-            if self.skip_log is not None:
-                self.skip_log.record(path, error.reason or str(error))
+            if self.skips is not None:
+                self.skips.send(path, None, error.reason or str(error))
             return None
 
     def __getitem__(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +80,7 @@ class ImageBatchView(SplitView):
         if not kept:
             # Every file of this batch failed: an empty batch would break the step and a
             # missing one would desynchronise DDP ranks, so take the split's next readable
-            # sample instead (the one duplicate is recorded in the skip log).
+            # sample instead (the one duplicate is recorded in dm.skipped).
             decoded, row = self._substitute(rows[-1])
             writer.add(*decoded)
             kept.append(row)
@@ -92,7 +94,7 @@ class ImageBatchView(SplitView):
             row = split_rows[(start + offset) % len(split_rows)]
             decoded = self.decode(row)
             if decoded is not None:
-                if self.skip_log is not None:
-                    self.skip_log.record(self.index.path(row), "repeated to fill an all-bad batch")
+                if self.skips is not None:
+                    self.skips.send(self.index.path(row), None, "repeated to fill an all-bad batch")
                 return decoded, row
         raise ImageDecodeError("on_error='skip' found no readable image in this split at all")

@@ -6,9 +6,10 @@ rest) into a uint8 tensor, applies the split's ``torchvision.transforms.v2`` tra
 that uint8 tensor, and writes each result into the batch, uint8 ``(B, 3, H, W)``
 (channels-last in memory, which uint8 resizing and cuDNN both prefer), allocated in a
 shared-memory buffer the worker reuses (:mod:`datamodules.core.shared_batches`). Conversion
-to float and normalisation happen in :meth:`ImageFolderDataModule.on_after_batch_transfer`,
-on the Trainer's device, where it is cheapest, and the worker queue, pinned memory and
-host-to-device copy carry a quarter of the bytes of float32.
+to float and normalisation happen in ``on_after_batch_transfer``
+(:class:`~datamodules.imaging.normalize.NormalizeOnDevice`), on the Trainer's device, where
+it is cheapest, and the worker queue, pinned memory and host-to-device copy carry a quarter
+of the bytes of float32.
 
 Extension point: override :meth:`ImageFolderDataModule.find_samples` to list samples some
 other way (e.g. a CSV of ``path,label``); it returns an
@@ -27,28 +28,27 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.checks import ON_ERROR, check_bool, check_on_error, check_path
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
-from datamodules.core.skipped import Skipped
+from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.views import SplitView
 from datamodules.images.batches import ImageBatchView
-from datamodules.images.index import IMG_EXTENSIONS, ImageFolderIndex, scan_image_folder
-from datamodules.imaging.batches import SkipLog
-from datamodules.imaging.decoding import DECODABLE
+from datamodules.images.index import ImageFolderIndex, scan_image_folder
+from datamodules.imaging.decoding import DECODABLE, IMG_EXTENSIONS
+from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     as_height_width,
+    check_image_arguments,
     default_eval_transforms,
     default_train_transforms,
-    to_float,
 )
 
 __all__ = ["BalancedBatchSampler", "ImageFolderDataModule", "ON_ERROR"]
-
-ON_ERROR = ("raise", "skip")
 
 
 class BalancedBatchSampler(IndexBatchSampler):
@@ -74,7 +74,7 @@ class BalancedBatchSampler(IndexBatchSampler):
         return torch.multinomial(self.weights, self.dataset_size, True, generator=generator)
 
 
-class ImageFolderDataModule(BaseDataModule):
+class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
     """Images in class folders (``root/<class>/<image>``), as torchvision's ImageFolder.
 
     ``dm.classes``, ``dm.class_to_idx`` and ``dm.samples`` equal those of
@@ -146,28 +146,16 @@ class ImageFolderDataModule(BaseDataModule):
         if splits is not None and stratify:
             stratify = False  # explicit indices leave nothing to stratify
         super().__init__(**shared_arguments(locals()))
-        for name, value in (("root", root), ("val_root", val_root), ("test_root", test_root)):
-            if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise TypeError(f"{name}={value!r} is not accepted: use a folder path.")
-        height, width = as_height_width(image_size)
-        image_size = image_size if isinstance(image_size, int) else (height, width)
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error={on_error!r} is not accepted: use one of {ON_ERROR}.")
-        for name, stats in (("mean", mean), ("std", std)):
-            if len(stats) != 3:
-                raise ValueError(f"{name}={stats!r} is not accepted: give 3 values (R, G, B).")
-        if any(s <= 0 for s in std):
-            raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+        self.root = check_path(root, "root", "a folder path")
+        self.val_root = check_path(val_root, "val_root", "a folder path", allow_none=True)
+        self.test_root = check_path(test_root, "test_root", "a folder path", allow_none=True)
+        # A list from a config becomes a pair again; mean and std tuples of floats.
+        self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
+        check_on_error(on_error)
         check_decode(decode)
-        if not isinstance(balanced, bool):
-            raise TypeError(f"balanced={balanced!r} is not accepted: use True or False.")
-        self.root = os.fspath(root)
-        self.val_root = None if val_root is None else os.fspath(val_root)
-        self.test_root = None if test_root is None else os.fspath(test_root)
-        self.image_size = image_size
+        check_bool(normalize, "normalize")
+        check_bool(balanced, "balanced")
         self.normalize = normalize
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
         self.on_error = on_error
         self.decode = decode
         self.balanced = balanced
@@ -176,7 +164,8 @@ class ImageFolderDataModule(BaseDataModule):
             self.train_transforms = default_train_transforms(image_size)
         if self.eval_transforms is None:
             self.eval_transforms = default_eval_transforms(image_size)
-        self.skip_log: SkipLog | None = None
+        self.skip_channel: SkipChannel | None = None  # from the workers, with on_error="skip"
+        self._skipped = Skipped()
         self.index: ImageFolderIndex | None = None
 
     # ------------------------------------------------------------------ data
@@ -195,7 +184,7 @@ class ImageFolderDataModule(BaseDataModule):
                 f"find_samples() returned {type(self.index).__name__}: return an ImageFolderIndex."
             )
         if self.on_error == "skip":
-            self.skip_log = SkipLog()
+            self.skip_channel, self._skipped = SkipChannel(), Skipped()
         readable = sorted(set(self.index.ignored) & set(DECODABLE))
         if readable:
             counts = ", ".join(f"{ext}: {self.index.ignored[ext]}" for ext in readable)
@@ -234,8 +223,14 @@ class ImageFolderDataModule(BaseDataModule):
         return torch.from_numpy(self.index.targets)
 
     def make_view(self, split: str, dataset: ImageFolderIndex, indices: torch.Tensor) -> SplitView:
-        transform, skips = self.transform_for(split), self.skip_log
-        return ImageBatchView(dataset, indices, transform, self.on_error, skips, self.decode)
+        return ImageBatchView(
+            dataset,
+            indices,
+            self.transform_for(split),
+            self.on_error,
+            self.skip_channel,
+            self.decode,
+        )
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         if split == "train" and self.balanced:
@@ -253,7 +248,7 @@ class ImageFolderDataModule(BaseDataModule):
 
     def make_loader(self, split: str) -> Any:
         loader = super().make_loader(split)
-        if self.skip_log is not None:
+        if self.skip_channel is not None:
             loader.on_epoch_end = self.report_skipped
         return loader
 
@@ -288,16 +283,15 @@ class ImageFolderDataModule(BaseDataModule):
     def skipped(self) -> Skipped:
         """``(path, reason)`` of every file skipped so far with ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list."""
-        if self.skip_log is None:
-            return Skipped()
-        self.skip_log.read_new()
-        return Skipped(self.skip_log.total)
+        if self.skip_channel is not None:
+            self.skip_channel.receive(self._skipped)
+        return self._skipped
 
     def report_skipped(self) -> None:
         """Warns about the files skipped since the last report (called at each epoch's end)."""
-        if self.skip_log is None:
+        if self.skip_channel is None:
             return
-        new = self.skip_log.read_new()
+        new = self.skip_channel.receive(self._skipped)
         if new:
             shown = "; ".join(f"{path} ({reason})" for path, reason in new[:5])
             more = f" and {len(new) - 5} more" if len(new) > 5 else ""
@@ -307,21 +301,6 @@ class ImageFolderDataModule(BaseDataModule):
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-    # ------------------------------------------------------------------ device side
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Converts uint8 images to float in [0, 1] and normalises them, on the device."""
-        if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor):
-            images = batch[0]
-            if images.dtype == torch.uint8:
-                return (self.to_float(images), *batch[1:])
-        return batch
-
-    def to_float(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
-        if not self.normalize:
-            return to_float(images, None, None)
-        return to_float(images, self.mean, self.std)
 
     # ------------------------------------------------------------------ look at the data
     def show_batch(self, path: str | os.PathLike[str], max_images: int = 32) -> Path:
@@ -408,6 +387,6 @@ class ImageFolderDataModule(BaseDataModule):
             f"on the device; on_error={self.on_error!r}"
         )
         lines.append(decoding_summary(self.decode, self.train_transforms, self.eval_transforms))
-        if self.skip_log is not None:
-            lines.append(f"  skipped so far: {len(self.skipped)} file(s)")
+        if self.skip_channel is not None:
+            lines.append(f"  skipped so far: {self.skipped.total} file(s)")
         return lines

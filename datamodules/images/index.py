@@ -17,23 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-# The value of ``torchvision.datasets.folder.IMG_EXTENSIONS`` (torchvision 0.29), copied so
-# that importing this module does not import torchvision.datasets; a test checks they agree.
-
-
-# The value of ``torchvision.datasets.folder.IMG_EXTENSIONS`` (torchvision 0.29), copied so
-# that importing this module does not import torchvision.datasets; a test checks they agree.
-IMG_EXTENSIONS: tuple[str, ...] = (
-    ".jpg",
-    ".jpeg",
-    ".png",
-    ".ppm",
-    ".bmp",
-    ".pgm",
-    ".tif",
-    ".tiff",
-    ".webp",
-)
+from datamodules.imaging.decoding import IMG_EXTENSIONS  # the default extensions, re-exported
 
 PathLike = str | os.PathLike
 

@@ -7,9 +7,11 @@ batch them the same way:
 * :mod:`~datamodules.imaging.decoding`: image files and encoded bytes to uint8 RGB
   (TorchCodec, Pillow).
 * :mod:`~datamodules.imaging.transforms`: RandomResizedCrop + flip and Resize + CenterCrop on
-  uint8, the defaults, and the normalisation done on the device.
+  uint8, the defaults.
+* :mod:`~datamodules.imaging.normalize`: the uint8 -> float conversion and normalisation done
+  on the device (``on_after_batch_transfer``).
 * :mod:`~datamodules.imaging.batches`: decoded images written straight into a reused uint8
-  batch; the log of what ``on_error="skip"`` left out in the workers.
+  batch.
 
 It imports only :mod:`datamodules.core` and :mod:`collates`.
 """

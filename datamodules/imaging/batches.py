@@ -1,19 +1,14 @@
-"""Writing decoded images into a reused uint8 batch, and the log of images skipped in workers.
+"""Writing decoded images into a reused uint8 batch.
 
-* :class:`ImageBatchWriter`: transforms decoded images one by one straight into a
-  ``(B, 3, H, W)`` channels-last ``uint8`` batch allocated in a reused shared-memory slot
-  (:func:`~datamodules.core.shared_batches.empty_batch`).
-* :class:`SkipLog`: what ``on_error="skip"`` left out in the DataLoader workers, readable by
-  the main process (a file of short lines, whatever the start method of the workers).
-
-Both :class:`~datamodules.ImageFolderDataModule` and the image records of
-:class:`~datamodules.StreamingDataModule` build their batches with them.
+:class:`ImageBatchWriter` transforms decoded images one by one straight into a
+``(B, 3, H, W)`` channels-last ``uint8`` batch allocated in a reused shared-memory slot
+(:func:`~datamodules.core.shared_batches.empty_batch`). Both
+:class:`~datamodules.ImageFolderDataModule` and the image records of
+:class:`~datamodules.StreamingDataModule` build their batches with it.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 
 import torch
@@ -21,45 +16,7 @@ import torch
 from collates.images import check_uint8_image
 from datamodules.core.shared_batches import empty_batch
 
-__all__ = ["ImageBatchWriter", "SkipLog"]
-
-
-class SkipLog:
-    """Records files skipped with ``on_error="skip"``, from any worker process.
-
-    Workers append one line per skipped file to a file (appends of a short line are atomic),
-    so the record survives worker processes of any start method; the main process reads
-    the lines added since its last read.
-
-    Args:
-        directory: Where to keep the log file.
-    """
-
-    def __init__(self, directory: str | None = None) -> None:
-        handle, self.path = tempfile.mkstemp(prefix="skipped-", suffix=".tsv", dir=directory)
-        os.close(handle)
-        self._read_to = 0
-        self.total: list[tuple[str, str]] = []
-
-    def record(self, path: str, reason: str) -> None:
-        """Appends one skipped file and the reason (called in workers)."""
-        line = f"{path}\t{reason}".replace("\n", " ") + "\n"
-        with open(self.path, "a", encoding="utf-8", errors="surrogateescape") as log:
-            log.write(line)
-
-    def has_new(self) -> bool:
-        """Whether lines were recorded since the previous :meth:`read_new` (one ``stat``)."""
-        return os.path.getsize(self.path) > self._read_to
-
-    def read_new(self) -> list[tuple[str, str]]:
-        """Returns the (path, reason) pairs recorded since the previous call."""
-        with open(self.path, encoding="utf-8", errors="surrogateescape") as log:
-            log.seek(self._read_to)
-            text = log.read()
-            self._read_to = log.tell()
-        new = [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
-        self.total.extend(new)  # type: ignore[arg-type]
-        return new  # type: ignore[return-value]
+__all__ = ["ImageBatchWriter"]
 
 
 class ImageBatchWriter:

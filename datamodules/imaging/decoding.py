@@ -41,13 +41,25 @@ import torch
 
 PathLike = str | os.PathLike
 
-#: Extensions the decoder reads (torchvision's ``IMG_EXTENSIONS`` and GIF, which torchvision's
-#: ``ImageFolder`` leaves out by default, as ``extensions`` does here).
-DECODABLE: tuple[str, ...] = (
-    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif",
+#: The image extensions an image folder reads by default: the value of
+#: ``torchvision.datasets.folder.IMG_EXTENSIONS`` (torchvision 0.29), copied so that importing
+#: this module does not import torchvision.datasets; a test checks they agree.
+IMG_EXTENSIONS: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
 )  # fmt: skip
 
-__all__ = ["DECODABLE", "ImageDecodeError", "decode_image", "decode_image_bytes", "is_image_bytes"]
+#: Extensions the decoder reads: :data:`IMG_EXTENSIONS` and GIF, which torchvision's
+#: ``ImageFolder`` leaves out by default, as ``extensions`` does here.
+DECODABLE: tuple[str, ...] = (*IMG_EXTENSIONS, ".gif")
+
+__all__ = [
+    "DECODABLE",
+    "IMG_EXTENSIONS",
+    "ImageDecodeError",
+    "decode_image",
+    "decode_image_bytes",
+    "is_image_bytes",
+]
 
 
 class ImageDecodeError(OSError):

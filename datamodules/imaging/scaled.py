@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from datamodules.core.checks import check_choice
 from datamodules.imaging.decoding import (
     ImageDecodeError,
     _apply_orientation,
@@ -84,12 +85,7 @@ _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0x
 
 def check_decode(decode: Any) -> None:
     """Raises unless ``decode`` is ``"scaled"`` or ``"full"``, naming the value."""
-    if not isinstance(decode, str):
-        raise TypeError(
-            f"decode={decode!r} ({type(decode).__name__}) is not accepted: use one of {DECODE}."
-        )
-    if decode not in DECODE:
-        raise ValueError(f"decode={decode!r} is not accepted: use one of {DECODE}.")
+    check_choice(decode, "decode", DECODE)
 
 
 # --------------------------------------------------------------------------- the header

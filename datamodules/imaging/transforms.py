@@ -1,10 +1,9 @@
-"""The default image transforms, fused for speed on uint8 channels-last tensors, and the
-normalisation that follows them on the device.
+"""The default image transforms, fused for speed on uint8 channels-last tensors.
 
 :func:`default_train_transforms` / :func:`default_eval_transforms` are what
 :class:`~datamodules.ImageFolderDataModule` and the image records of
-:class:`~datamodules.StreamingDataModule` use unless given others; :func:`to_float` is what
-both do to a uint8 batch once the Trainer moved it to the device.
+:class:`~datamodules.StreamingDataModule` use unless given others; what both do to a uint8
+batch once the Trainer moved it to the device is in :mod:`datamodules.imaging.normalize`.
 
 They draw the same random parameters as ``torchvision.transforms.v2.RandomResizedCrop`` +
 ``RandomHorizontalFlip`` (train) and apply the same ``Resize`` + ``CenterCrop`` (eval), but:
@@ -28,12 +27,12 @@ transform can replace them (``train_transforms=`` / ``eval_transforms=``).
 from __future__ import annotations
 
 import math
-import numbers
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from datamodules.core.checks import check_mean_std, int_mistake, rejected
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -43,7 +42,6 @@ __all__ = [
     "check_image_arguments",
     "default_eval_transforms",
     "default_train_transforms",
-    "to_float",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -60,17 +58,22 @@ def as_height_width(size: Size | list[int]) -> tuple[int, int]:
     """``(height, width)`` of an output size: an int is a square's side.
 
     Raises:
-        ValueError: Unless ``size`` is an int >= 1 or a pair of them.
+        TypeError: Neither an int nor a pair (a float, a string, a pair holding one).
+        ValueError: An int < 1, in a pair or alone, or a sequence of another length.
     """
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
-        return size, size
-    pair = isinstance(size, (tuple, list)) and len(size) == 2
-    if pair and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in size):
+    if isinstance(size, (tuple, list)):
+        mistakes = [int_mistake(v, 1) for v in size] if len(size) == 2 else [ValueError]
+        mistake = TypeError if TypeError in mistakes else ValueError if any(mistakes) else None
+    else:
+        mistake = int_mistake(size, 1)
+    if mistake is not None:
+        accepted = (
+            "an int >= 1 (a square's side) or (height, width), as torchvision's transforms take it"
+        )
+        raise rejected("image_size", size, accepted, mistake)
+    if isinstance(size, (tuple, list)):
         return int(size[0]), int(size[1])
-    raise ValueError(
-        f"image_size={size!r} is not accepted: use an int >= 1 (a square's side) or "
-        "(height, width), as torchvision's transforms take it."
-    )
+    return int(size), int(size)
 
 
 def _as_nchw(hwc: torch.Tensor) -> torch.Tensor:
@@ -254,28 +257,20 @@ def default_eval_transforms(image_size: Size) -> ResizeCenterCrop:
     return ResizeCenterCrop(image_size)
 
 
-def check_image_arguments(image_size: Any, mean: Any, std: Any) -> None:
-    """Raises unless ``image_size`` is an int >= 1 or ``(height, width)`` and ``mean`` / ``std``
-    are 3 numbers each (``std`` all > 0), naming the argument, the value and what is accepted."""
-    as_height_width(image_size)
-    for name, stats in (("mean", mean), ("std", std)):
-        listed = isinstance(stats, Sequence) and not isinstance(stats, str)
-        if not listed or len(stats) != 3 or not all(isinstance(s, numbers.Real) for s in stats):
-            raise ValueError(f"{name}={stats!r} is not accepted: give 3 numbers (R, G, B).")
-    if any(s <= 0 for s in std):
-        raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+def check_image_arguments(
+    image_size: Any, mean: Any, std: Any
+) -> tuple[Size, tuple[float, ...], tuple[float, ...]]:
+    """Checks ``image_size`` (an int >= 1 or ``(height, width)``) and ``mean`` / ``std`` (3
+    numbers each, ``std`` all > 0; :func:`~datamodules.core.checks.check_mean_std`).
 
+    Returns:
+        ``image_size`` as an int or a ``(height, width)`` tuple (a list from a config becomes a
+        pair again), and ``mean`` and ``std`` as tuples of floats.
 
-def to_float(
-    images: torch.Tensor,
-    mean: Sequence[float] | None = IMAGENET_MEAN,
-    std: Sequence[float] | None = IMAGENET_STD,
-) -> torch.Tensor:
-    """uint8 images ``(B, 3, H, W)`` -> float32 in [0, 1], then ``(x - mean) / std`` per
-    channel unless ``mean`` / ``std`` are None; on the images' device, layout kept."""
-    out = images.float().div_(255.0)
-    if mean is not None and std is not None:
-        shift = torch.tensor(mean, device=out.device).view(1, 3, 1, 1)
-        scale = torch.tensor(std, device=out.device).view(1, 3, 1, 1)
-        out.sub_(shift).div_(scale)
-    return out
+    Raises:
+        TypeError, ValueError: A bad value, naming the argument, the value and what is
+            accepted.
+    """
+    height, width = as_height_width(image_size)
+    size = (height, width) if isinstance(image_size, (tuple, list)) else height
+    return (size, *check_mean_std(mean, std))

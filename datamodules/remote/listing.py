@@ -1,6 +1,10 @@
 """Finding files and telling their versions apart, local or remote, and where caches live.
 
-* :func:`expand_files`: a path, URL, glob, directory or list of them -> the files, each once.
+* :func:`expand_files`: a path, URL, glob, brace pattern, directory or list of them -> the
+  files, each once.
+* :func:`expand_braces`: webdataset's shard patterns (``shard-{000000..000099}.tar``,
+  ``{train,extra}-*.tar``), expanded in order by the ``braceexpand`` package;
+  :func:`check_not_pipe`: ``pipe:`` URLs refused, naming the fsspec URL to use instead.
 * :func:`file_version`: what identifies one version of a file (size and mtime, or for a URL
   its size and ETag / Last-Modified), so that caches built from it know when it changed.
 * :func:`cache_root`: ``$DATAMODULES_CACHE/NAME``, or ``~/.cache/datamodules/NAME``.
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,20 @@ from typing import Any
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
 from datamodules.remote.retrying import RemoteOptions, call_with_retries
 
-__all__ = ["VALIDATORS", "cache_root", "expand_files", "file_version", "has_magic"]
+__all__ = [
+    "VALIDATORS",
+    "cache_root",
+    "check_not_pipe",
+    "expand_braces",
+    "expand_files",
+    "file_version",
+    "has_magic",
+]
+
+#: A brace pattern: ``{a,b}`` or ``{000..099}`` (what braceexpand expands).
+_BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+#: The URL inside a webdataset ``pipe:`` command (``pipe:aws s3 cp s3://b/x.tar -``).
+_PIPED_URL = re.compile(r"((?:s3|gs|gcs|az|abfs|https?|hf)://\S+)")
 
 #: Keys of ``fs.info()`` that change when a remote file does (the first ones found are kept).
 VALIDATORS = (
@@ -48,6 +66,36 @@ def has_magic(spec: str) -> bool:
     return any(c in spec for c in "*?[")
 
 
+def check_not_pipe(spec: str, name: str = "files") -> None:
+    """Refuses a webdataset ``pipe:`` URL: this library never runs a shell command.
+
+    Raises:
+        ValueError: ``spec`` starts with ``pipe:``, naming the fsspec URL to use instead
+            when the command holds one (``pipe:aws s3 cp s3://b/x.tar -`` -> ``s3://b/x.tar``).
+    """
+    if not spec.startswith("pipe:"):
+        return
+    url = _PIPED_URL.search(spec)
+    instead = (
+        f"use the URL itself, {url.group(1)!r}, which fsspec reads (with storage_options= "
+        "for credentials)"
+        if url
+        else "give the file's URL (s3://, gs://, https://...), which fsspec reads"
+    )
+    raise ValueError(f"{name}={spec!r} is not accepted: shell commands are never run; {instead}.")
+
+
+def expand_braces(spec: str) -> list[str]:
+    """A webdataset shard pattern expanded in order, as the ``braceexpand`` package does:
+    ``"s-{000..002}.tar"`` -> ``["s-000.tar", "s-001.tar", "s-002.tar"]`` (zero padding
+    kept), ``"{a,b}-*.tar"`` -> ``["a-*.tar", "b-*.tar"]``; a spec without braces unchanged."""
+    if not _BRACES.search(spec):
+        return [spec]
+    from braceexpand import braceexpand
+
+    return list(braceexpand(spec))
+
+
 def expand_files(
     spec: str | os.PathLike | Iterable[str | os.PathLike],
     options: RemoteOptions | None = None,
@@ -58,8 +106,10 @@ def expand_files(
 
     Args:
         spec: A path or URL; a glob (``"data/*.jsonl"``, ``"s3://b/train-*.parquet"``; local
-            globs may use ``**``); a local directory (its files that ``known`` accepts); or a
-            list of any of those. Globs and directories expand sorted; a list keeps its order.
+            globs may use ``**``); a brace pattern (``"shard-{000000..000099}.tar"``,
+            ``"{train,extra}-*.tar"``, expanded in order first); a local directory (its files
+            that ``known`` accepts); or a list of any of those. Globs and directories expand
+            sorted; a list and a brace pattern keep their order.
         options: How remote globs are listed: storage options, retries, timeout.
         known: Which files of a directory to keep (default: all).
         what: What a file is called in the errors (``"shard"``, ``"file"``).
@@ -68,12 +118,17 @@ def expand_files(
         The files, each once.
 
     Raises:
-        ValueError: Nothing matched, or a file is listed twice (it would be read twice).
+        ValueError: Nothing matched, a file is listed twice (it would be read twice), or a
+            ``pipe:`` URL (:func:`check_not_pipe`).
     """
-    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    given = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    items: list[str] = []
+    for item in given:
+        text = os.fspath(item)
+        check_not_pipe(text)
+        items.extend(expand_braces(text))
     out: list[str] = []
     for item in items:
-        item = os.fspath(item)
         if is_remote(item):
             if has_magic(item):
                 fs, pattern = remote_fs(item, options)

@@ -14,9 +14,10 @@ from itertools import islice
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from datamodules.core.skipped import Skipped
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.delimited import DELIMITERS, csv_header, csv_rows
-from datamodules.shards.errors import OnError, RecordError, ShardError, SkipCounter, check_on_error
+from datamodules.shards.errors import OnError, RecordError, ShardError, check_on_error
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import json_reason, jsonl_blocks, read_jsonl
 from datamodules.shards.lines import ShardLines
@@ -39,7 +40,7 @@ def read_records(
     start: int = 0,
     stop: int | None = None,
     index: ShardIndex | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     columns: Sequence[str] | None = None,
     options: RemoteOptions | None = None,
 ) -> Iterator[Any]:
@@ -132,7 +133,7 @@ def read_blocks(
     start: int = 0,
     stop: int | None = None,
     index: ShardIndex | None = None,
-    counter: SkipCounter | None = None,
+    counter: Skipped | None = None,
     columns: Sequence[str] | None = None,
     options: RemoteOptions | None = None,
 ) -> Iterator[tuple[Any, list[Any] | None]]:

@@ -42,7 +42,7 @@ What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
   reported in the log and the summary.
 
 Random splits do not apply to a stream: validation and test records come from ``val_files`` /
-``test_files``. ``val_split`` and ``test_split`` may stay at their defaults (or 0); any other
+``test_files``. ``val_split`` and ``test_split`` are 0 (their defaults here); any other
 value, ``splits`` or ``stratify=True`` raise.
 
 Extension points:
@@ -68,8 +68,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.skipped import Skipped
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_records
 from datamodules.streaming.arguments import (
@@ -84,7 +84,13 @@ from datamodules.streaming.engine.batching import Chain, stream_collate
 from datamodules.streaming.engine.loader import StreamLoader
 from datamodules.streaming.engine.mixing import Source
 from datamodules.streaming.engine.stream import ShardedStream
-from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
+from datamodules.streaming.image_records import (
+    IMAGE_SHUFFLE_BUFFER,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RECORD_SHUFFLE_BUFFER,
+    StreamImages,
+)
 from datamodules.streaming.inspection import StreamInspection
 from datamodules.streaming.loaders import StreamLoaders
 from datamodules.streaming.splits import SplitSource, StreamSplits
@@ -118,7 +124,10 @@ class StreamingDataModule(
             (before ``train_transforms`` / ``eval_transforms``, which then act on samples).
         collate: ``list of samples -> batch``; default :func:`stream_collate`.
         shuffle_buffer: Records each worker holds to shuffle the train split (0 or 1: only the
-            shard order is shuffled). Memory grows with ``num_workers x shuffle_buffer``.
+            shard order is shuffled). Memory grows with ``num_workers x shuffle_buffer``, and a
+            worker's first batch waits until its buffer is full. None: 10,000 records, or
+            1,000 image records (``image_key``: larger, and a full buffer of them is slow to
+            fill from remote shards; measured in the images-at-scale guide).
         on_error: ``"raise"``: a bad record or unreadable shard raises, naming shard and line.
             ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
             every record once, in ``setup``.
@@ -172,8 +181,8 @@ class StreamingDataModule(
             number of batches under DDP (or DDP may hang), and shuffle. Its loaders have no
             length and no resumable position: Lightning then warns that a mid-epoch resume
             restarts the epoch.
-        val_split: Does not apply to a stream (records of the validation split come from
-            ``val_files``): leave it unset or 0. The same holds for ``test_split``,
+        val_split: 0: a stream is not split at random (records of the validation split come
+            from ``val_files``); any other value raises. The same holds for ``test_split``,
             ``splits`` and ``stratify``.
         num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts local
             shards as CPU work (parsing or decoding: the CPUs of this rank) and remote shards
@@ -200,7 +209,7 @@ class StreamingDataModule(
         *,
         transform: Callable[[Any], Any] | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
-        shuffle_buffer: int = 10_000,
+        shuffle_buffer: int | None = None,
         on_error: str = "raise",
         fmt: str | None = None,
         columns: Sequence[str] | None = None,
@@ -223,8 +232,8 @@ class StreamingDataModule(
         decode: str = "scaled",
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         batch_size: int = 32,
-        val_split: int | float = 0.1,
-        test_split: int | float = 0.0,
+        val_split: int | float = 0,
+        test_split: int | float = 0,
         split_seed: int = 42,
         splits: Mapping[str, Any] | None = None,
         stratify: bool = False,
@@ -271,9 +280,11 @@ class StreamingDataModule(
         #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
         self.mixes: dict[str, list[SplitSource]] = {}
         self.files = files
-        self.work = stream_work(files)
+        self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
         self.transform = transform
         self.collate_fn = collate
+        if shuffle_buffer is None:
+            shuffle_buffer = IMAGE_SHUFFLE_BUFFER if self.image_keys else RECORD_SHUFFLE_BUFFER
         self.shuffle_buffer = shuffle_buffer
         self.on_error = on_error
         self.fmt = fmt
@@ -282,7 +293,7 @@ class StreamingDataModule(
         self.dataset_factory = dataset_factory
         #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
         self.shards: dict[str, list[ShardIndex]] = {}
-        self._skips = SkipCounter()
+        self._skips = Skipped()
         # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
         # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
         # live persistent workers freed that way never gets its stop signal to the workers:
@@ -310,7 +321,7 @@ class StreamingDataModule(
         return sum(1 for _ in self.read_shard(path))
 
     @property
-    def skipped(self) -> SkipCounter:
+    def skipped(self) -> Skipped:
         """Bad records and unreadable shards left out under ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
         1,000), with complete counts per shard (``counts``, ``unreadable``)."""

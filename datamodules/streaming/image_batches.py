@@ -13,9 +13,9 @@ of ``"image"`` and the records' other fields, collated as streams collate them.
 A record without the image, with bytes that do not decode, or with a label that is missing or
 unknown raises :class:`~datamodules.shards.errors.RecordError` naming the shard and the
 record's key; under ``on_error="skip"`` it is left out of its batch (which is one image
-smaller: every rank still gets the same number of batches) and logged for the main process
-(:class:`~datamodules.imaging.batches.SkipLog`). A batch whose records are all bad repeats the
-worker's last good record instead of being empty.
+smaller: every rank still gets the same number of batches) and sent to the main process's
+``dm.skipped`` (:class:`~datamodules.core.skipped.SkipChannel`). A batch whose records are all
+bad repeats the worker's last good record instead of being empty.
 
 :class:`TaggedReader` adds where each record came from (``__url__``, and ``__index__`` for
 records without a ``__key__``) so that errors can name it.
@@ -30,7 +30,9 @@ from typing import Any
 import torch
 
 from collates.records import collate_records
-from datamodules.imaging.batches import ImageBatchWriter, SkipLog
+from datamodules.core.checks import is_int
+from datamodules.core.skipped import SkipChannel
+from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
@@ -86,7 +88,7 @@ class ImageRecordCollate:
             must be ints).
         transform: The split's transform on uint8 ``(3, H, W)`` images (one size per batch).
         on_error: ``"raise"`` or ``"skip"`` bad records.
-        skip_log: Where skipped records are logged for the main process (``"skip"``).
+        skips: Where skipped records are sent to the main process (``"skip"``).
         decode: ``"scaled"`` or ``"full"`` (:class:`~datamodules.imaging.scaled.ImageDecoder`).
     """
 
@@ -97,7 +99,7 @@ class ImageRecordCollate:
         classes: Sequence[str] | None,
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         on_error: str = "raise",
-        skip_log: SkipLog | None = None,
+        skips: SkipChannel | None = None,
         decode: str = "full",
     ) -> None:
         self.decoder = ImageDecoder(transform, decode)
@@ -107,7 +109,7 @@ class ImageRecordCollate:
         self.class_to_idx = None if classes is None else {c: i for i, c in enumerate(classes)}
         self.transform = transform
         self.on_error = on_error
-        self.skip_log = skip_log
+        self.skips = skips
         self._last_good: Any = None  # this worker's last good record, for an all-bad batch
 
     def __call__(self, records: list[Any]) -> Any:
@@ -187,7 +189,7 @@ class ImageRecordCollate:
                 more = f" and {len(self.classes) - 10} more" if len(self.classes) > 10 else ""
                 raise _Bad(f"label {value!r} is not one of classes ({shown}{more})")
             return index
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise _Bad(f"label {value!r} is a {type(value).__name__}: use ints or strings")
         if value < 0 or (self.classes is not None and value >= len(self.classes)):
             top = "" if self.classes is None else f", < {len(self.classes)} (len(classes))"
@@ -201,6 +203,6 @@ class ImageRecordCollate:
         self._log(record, reason)
 
     def _log(self, record: Any, reason: str) -> None:
-        if self.skip_log is not None:
+        if self.skips is not None:
             shard, where = record_name(record)
-            self.skip_log.record(shard, f"{where}\t{reason}")
+            self.skips.send(shard, where, reason)

@@ -7,8 +7,9 @@ exactly as :class:`~datamodules.ImageFolderDataModule` does with files: the same
 same default transforms (RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate)
 and ``train_transforms`` / ``eval_transforms`` overrides on uint8 ``(3, H, W)`` tensors, the
 same reused shared-memory batch slots, and float conversion and normalisation on the device
-in :meth:`StreamImages.on_after_batch_transfer`. ``num_workers="auto"`` counts this as decode
-work. ``transform=`` still acts on the records, before decoding.
+(:class:`~datamodules.imaging.normalize.NormalizeOnDevice`). ``num_workers="auto"`` counts
+this as decode work, local or remote. ``transform=`` still acts on the records, before
+decoding.
 
 This module also checks the image arguments (:func:`check_image_records`) and gives
 ``num_classes`` / ``classes`` and the images' lines of the summary.
@@ -20,9 +21,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
-from datamodules.imaging.batches import SkipLog
+from datamodules.core.checks import check_bool, check_string, is_int, rejected
+from datamodules.core.skipped import SkipChannel, Skipped
+from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
@@ -31,26 +32,30 @@ from datamodules.imaging.transforms import (
     check_image_arguments,
     default_eval_transforms,
     default_train_transforms,
-    to_float,
 )
-from datamodules.shards.errors import SkipCounter
 from datamodules.shards.parquet import read_parquet
 from datamodules.shards.tar import read_tar
 from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
 
-__all__ = ["StreamImages", "check_image_records"]
+__all__ = ["IMAGE_SHUFFLE_BUFFER", "RECORD_SHUFFLE_BUFFER", "StreamImages", "check_image_records"]
+
+#: ``shuffle_buffer=None`` for plain records: they are small.
+RECORD_SHUFFLE_BUFFER = 10_000
+#: ``shuffle_buffer=None`` for image records, by measurement (``bench_shuffle_buffer.py``,
+#: figures in the images-at-scale guide): a batch already mixes 10.8 of 12 shards (11.9 at
+#: 5,000 and up), the first batch comes as soon as with no buffer (5,000: 2 s later here), and
+#: a worker holds 110 MB of ImageNet-sized JPEGs (10,000: 1.1 GB).
+IMAGE_SHUFFLE_BUFFER = 1000
 
 _DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True,
              "decode": "scaled"}  # fmt: skip
 
 
 def _image_keys(image_key: Any) -> tuple[str, ...]:
-    keys = tuple(k.strip() for k in image_key.split(";")) if isinstance(image_key, str) else ()
-    if not keys or not all(keys) or len(set(keys)) != len(keys):
-        raise ValueError(
-            f"image_key={image_key!r} is not accepted: use a field name such as 'jpg', or "
-            "alternatives tried in order, 'jpg;png;webp'."
-        )
+    accepted = "a field name such as 'jpg', or alternatives tried in order, 'jpg;png;webp'"
+    keys = tuple(k.strip() for k in check_string(image_key, "image_key", accepted).split(";"))
+    if not all(keys) or len(set(keys)) != len(keys):
+        raise rejected("image_key", image_key, accepted)
     return keys
 
 
@@ -84,8 +89,7 @@ def check_image_records(
             )
         return (), None
     keys = _image_keys(image_key)
-    if label_key is not None and (not isinstance(label_key, str) or not label_key):
-        raise ValueError(f"label_key={label_key!r} is not accepted: use a field name or None.")
+    check_string(label_key, "label_key", "a field name or None", allow_none=True)
     if label_key in keys:
         raise ValueError(f"label_key={label_key!r} is also in image_key={image_key!r}.")
     names = None
@@ -101,8 +105,7 @@ def check_image_records(
             raise ValueError("classes= maps labels to indices: it needs label_key= too.")
     check_image_arguments(image_size, mean, std)
     check_decode(decode)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize={normalize!r} is not accepted: use True or False.")
+    check_bool(normalize, "normalize")
     if collate is not None:
         raise ValueError(
             "collate= does not apply with image_key=: image records are batched as "
@@ -112,16 +115,12 @@ def check_image_records(
     return keys, names
 
 
-def _is_uint8(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dtype == torch.uint8
-
-
-class StreamImages:
+class StreamImages(NormalizeOnDevice):
     """The image records of :class:`~datamodules.StreamingDataModule` (a mixin)."""
 
     image_key: str | None
     on_error: str
-    _skips: SkipCounter
+    _skips: Skipped
 
     def _init_images(
         self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
@@ -135,15 +134,12 @@ class StreamImages:
         self.label_key = label_key if keys else None
         self._class_names = names
         self._num_classes: int | None = None
-        height, width = as_height_width(image_size)  # a list from a config: a pair again
-        self.image_size = image_size if isinstance(image_size, int) else (height, width)
+        # A list from a config becomes a pair again; mean and std tuples of floats.
+        self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
         self.normalize = normalize
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self._image_skips: SkipLog | None = None
+        self._image_skips: SkipChannel | None = None
         self._warned_epoch: int | None = None
         if keys:
-            self.work = "decode"  # num_workers="auto": decode work, as image folders
             if self.train_transforms is None:
                 self.train_transforms = default_train_transforms(image_size)
             if self.eval_transforms is None:
@@ -156,7 +152,7 @@ class StreamImages:
         if not self.image_keys:
             return reader, self.transform_for(split), self._collate_fn()
         if self.on_error == "skip" and self._image_skips is None:
-            self._image_skips = SkipLog()
+            self._image_skips = SkipChannel()
         collate = ImageRecordCollate(
             self.image_keys,
             self.label_key,
@@ -168,15 +164,12 @@ class StreamImages:
         )
         return (None if reader is None else TaggedReader(reader)), self.transform, collate
 
-    def _drain_image_skips(self) -> SkipCounter:
+    def _drain_image_skips(self) -> Skipped:
         """``dm.skipped`` with the image records the workers left out so far added to it."""
-        counter = self._skips
-        log = getattr(self, "_image_skips", None)
-        if log is not None and log.has_new():
-            for shard, text in log.read_new():
-                where, _, reason = text.partition("\t")
-                counter.record(shard, where, reason)
-        return counter
+        channel = getattr(self, "_image_skips", None)
+        if channel is not None and channel.has_new():
+            channel.receive(self._skips)
+        return self._skips
 
     # ------------------------------------------------------------------ classes
     @property
@@ -207,8 +200,8 @@ class StreamImages:
                                 f"{shard.path}: label {label!r} is a string: give classes=[...]"
                                 " to map names to indices."
                             )
-                        if isinstance(label, int) and not isinstance(label, bool):
-                            top = max(top, label)
+                        if is_int(label):
+                            top = max(top, int(label))
             self._num_classes = top + 1
         return self._num_classes
 
@@ -229,34 +222,24 @@ class StreamImages:
         if not getattr(self, "image_keys", ()):
             return batch
         self._report_image_skips()
-        if isinstance(batch, (tuple, list)) and batch and _is_uint8(batch[0]):
-            return (self.to_float(batch[0]), *batch[1:])
-        if isinstance(batch, dict) and _is_uint8(batch.get("image")):
-            return {**batch, "image": self.to_float(batch["image"])}
-        return batch
-
-    def to_float(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> float32 in [0, 1], normalised with ``mean``/``std`` if ``normalize``."""
-        if not self.normalize:
-            return to_float(images, None, None)
-        return to_float(images, self.mean, self.std)
+        return super().on_after_batch_transfer(batch, dataloader_idx)
 
     def _report_image_skips(self) -> None:
         """Warns (once per epoch) when the workers left image records out."""
-        log = self._image_skips
-        if log is None or not log.has_new():
+        channel = self._image_skips
+        if channel is None or not channel.has_new():
             return
         before = self._skips.total
-        counter = self._drain_image_skips()
+        skipped = self._drain_image_skips()
         trainer = self._trainer()
         epoch = None if trainer is None else int(trainer.current_epoch)
         if epoch is not None and epoch == self._warned_epoch:
             return
         self._warned_epoch = epoch
-        shown = counter.messages[-1] if counter.messages else ""
+        shown = skipped.messages[-1] if skipped.messages else ""
         warnings.warn(
-            f"{type(self).__name__} left out {counter.total - before} bad image record(s) "
-            f"(on_error='skip'), {counter.total} so far, e.g. {shown}. All of them: dm.skipped.",
+            f"{type(self).__name__} left out {skipped.total - before} bad image record(s) "
+            f"(on_error='skip'), {skipped.total} so far, e.g. {shown}. All of them: dm.skipped.",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -1,6 +1,7 @@
 """The inspect picture of a packed batch: each row a bar of its document pieces, with fill.
 
-:func:`plot_packed_batch` draws, per row of one batch, its pieces as coloured segments (one
+:func:`plot_packed_batch` draws (with matplotlib, the ``plots`` extra; see
+:mod:`datamodules.tools.figures`), per row of one batch, its pieces as coloured segments (one
 colour per document, a notch where a piece continues from the row before or into the next
 row) and the padding in grey, under a header of fill statistics.
 """
@@ -12,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image, ImageDraw
 
-from datamodules.tools.drawing import BACKGROUND, INK, PALETTE, load_font, save_png, text_block
+from datamodules.tools.figures import TAB10, add_axes, header, new_figure, save_figure
 
-PAD_GREY = (225, 225, 225)
+__all__ = ["packed_fill_lines", "plot_packed_batch", "segment_starts"]
+
+PAD_GREY = "0.88"
 #: Document colours: the palette without its grey, which would read as padding.
-COLOURS = tuple(c for c in PALETTE if len(set(c)) > 1)
+COLOURS = tuple(c for c in TAB10 if c != "tab:gray")
 
 
 def packed_fill_lines(batch: dict[str, Any]) -> list[str]:
@@ -66,39 +68,47 @@ def plot_packed_batch(
     Returns:
         The path written.
     """
-    docs = batch["document_ids"]
+    docs = batch["document_ids"].cpu()
+    positions = batch["position_ids"].cpu()
     rows, width = docs.shape
     shown = min(rows, max_rows)
     titles = [title] if isinstance(title, str) else list(title)
-    header = [*titles, *packed_fill_lines(batch), *(extra_lines or [])]
-    bar_h, gap, left, right = 14, 4, 60, 20
-    plot_w = max(600, min(1400, width))
-    top = 20 + 17 * len(header) + 10
-    height = top + shown * (bar_h + gap) + 30
-    image = Image.new("RGB", (left + plot_w + right, height), BACKGROUND)
-    draw = ImageDraw.Draw(image)
-    text_block(draw, (10, 10), header)
-    font = load_font(11)
-    scale = plot_w / width
-    starts = segment_starts(batch)
+    lines = [*titles, *packed_fill_lines(batch), *(extra_lines or [])]
+    left, right, plot_w = 60, 20, max(600, min(1400, width))
+    top = 16 + 17 * len(lines) + 10
+    figure = new_figure(left + plot_w + right, top + shown * 18 + 50)
+    header(figure, lines)
+    ax = add_axes(figure, left, top, left + plot_w, top + shown * 18)
+    starts, ends = [], []  # notches: continued from the row before / into the next row
     for r in range(shown):
-        y = top + r * (bar_h + gap)
-        draw.text((10, y), f"row {r}", fill=INK, font=font)
-        draw.rectangle((left, y, left + plot_w - 1, y + bar_h), fill=PAD_GREY)
-        cuts = torch.nonzero(starts[r]).flatten().tolist()
-        for k, begin in enumerate(cuts):
-            doc = int(docs[r, begin])
-            end = begin
-            while end < width and int(docs[r, end]) == doc:
-                end += 1
-            x0, x1 = left + begin * scale, left + end * scale - 1
-            draw.rectangle((x0, y, max(x0, x1), y + bar_h), fill=COLOURS[doc % len(COLOURS)])
-            draw.line((x0, y, x0, y + bar_h), fill=BACKGROUND)  # where a piece starts
-            if int(batch["position_ids"][r, begin]) != 0:  # continued from the row before
-                draw.polygon([(x0, y), (x0 + 5, y + bar_h / 2), (x0, y + bar_h)], fill=INK)
-            last = k == len(cuts) - 1 and end == width and r + 1 < rows
-            if last and int(docs[r + 1, 0]) == doc:  # continues in the next row
-                draw.polygon([(x1, y), (x1 - 5, y + bar_h / 2), (x1, y + bar_h)], fill=INK)
-    if shown < rows:
-        draw.text((left, height - 24), f"... {rows - shown} more rows", fill=INK, font=font)
-    return save_png(image, path)
+        ax.broken_barh([(0, width)], (r - 0.4, 0.8), facecolors=PAD_GREY)
+        values, counts = torch.unique_consecutive(docs[r], return_counts=True)
+        begins = (torch.cumsum(counts, 0) - counts).tolist()
+        pieces = [
+            (doc, begin, count)
+            for doc, begin, count in zip(values.tolist(), begins, counts.tolist(), strict=True)
+            if doc >= 0
+        ]
+        ax.broken_barh(
+            [(begin, count) for _, begin, count in pieces],
+            (r - 0.4, 0.8),
+            facecolors=[COLOURS[doc % len(COLOURS)] for doc, _, _ in pieces],
+            edgecolor="white",
+            linewidth=0.6,
+        )
+        starts += [(begin, r) for _, begin, _ in pieces if int(positions[r, begin]) != 0]
+        if pieces and r + 1 < rows:
+            doc, begin, count = pieces[-1]
+            if begin + count == width and int(docs[r + 1, 0]) == doc:
+                ends.append((width, r))
+    for notches, marker in ((starts, ">"), (ends, "<")):
+        if notches:
+            x, y = zip(*notches, strict=True)
+            ax.plot(x, y, ls="none", marker=marker, color="0.1", ms=5, clip_on=False)
+    ax.set_xlim(0, width)
+    ax.set_ylim(shown - 0.5, -0.5)
+    ax.set_yticks(range(shown), [f"row {r}" for r in range(shown)], fontsize=7)
+    ax.set_xlabel("token position" + (f" ({rows - shown} more rows not drawn)" * (shown < rows)))
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return save_figure(figure, path)

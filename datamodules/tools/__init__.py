@@ -4,7 +4,8 @@
 * :mod:`~datamodules.tools.tuner`: times candidate worker counts and prefetch factors.
 * :mod:`~datamodules.tools.inspect_cli`: ``python -m datamodules inspect``.
 * :mod:`~datamodules.tools.descriptions`: the text that ``inspect`` prints.
-* :mod:`~datamodules.tools.pictures` and :mod:`~datamodules.tools.drawing`: its pictures.
+* :mod:`~datamodules.tools.pictures`: its pictures, drawn with matplotlib (the ``plots`` extra)
+  through :mod:`~datamodules.tools.figures`.
 
 Tools import only ``core``. Importing this package registers the tools that
 :class:`~datamodules.BaseDataModule` hands work to (see :mod:`datamodules.core.hooks`).
@@ -22,7 +23,7 @@ __all__: list[str] = []
 
 
 def _plot_tensor_batch(batch: Any, path: Any) -> Any:
-    # Pillow is imported only when a picture is drawn.
+    # matplotlib is imported only when a picture is drawn.
     from datamodules.tools.pictures import plot_tensor_batch
 
     return plot_tensor_batch(batch, path)

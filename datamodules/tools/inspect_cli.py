@@ -9,7 +9,8 @@ Usage (the same ``--data`` syntax as LightningCLI)::
 It prints the DataModule's summary (split sizes, loader settings and why),
 :meth:`~datamodules.core.base.BaseDataModule.describe_data` (classes and counts, or length
 statistics) and the structure of one batch; writes a picture of that batch
-(:meth:`~datamodules.core.base.BaseDataModule.plot_batch`) to a path it prints; and with ``--tune``
+(:meth:`~datamodules.core.base.BaseDataModule.plot_batch`) to a path it prints (without
+matplotlib, the ``plots`` extra, it says how to install it instead); and with ``--tune``
 first runs the worker tuner, whose table then appears in the summary. Any step that takes
 more than a second shows a progress bar on the terminal (tqdm, as Lightning's default bar).
 """
@@ -30,6 +31,7 @@ import yaml
 
 from datamodules.core.base import BaseDataModule
 from datamodules.tools.descriptions import describe_batch
+from datamodules.tools.figures import PlotsUnavailable
 
 __all__ = ["PROG", "build_parser", "expand_config", "main", "progress_step", "split_argument"]
 
@@ -178,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"one {split} batch:")
         print("\n".join(f"  {line}" for line in describe_batch(batch)))
         out = Path(cfg.out or f"{type(dm).__name__}_{split}_batch.png")
-        with progress_step("drawing the batch"):
-            written = dm.plot_batch(batch, out, **split_argument(dm.plot_batch, split))
-        print(f"picture of one {split} batch: {Path(written).resolve()}")
+        try:
+            with progress_step("drawing the batch"):
+                written = dm.plot_batch(batch, out, **split_argument(dm.plot_batch, split))
+        except PlotsUnavailable as missing:  # the text above stands; say how to get the picture
+            print(f"no picture of one {split} batch: {missing}")
+        else:
+            print(f"picture of one {split} batch: {Path(written).resolve()}")
     finally:
         package_log.setLevel(level)
     return 0

@@ -1,8 +1,11 @@
-"""The pictures of ``python -m datamodules inspect``: PNG files drawn with Pillow.
+"""The pictures of ``python -m datamodules inspect``: PNG files drawn with matplotlib.
 
-Pillow is already required by torchvision; no plotting library is needed. The functions are
-also importable from :mod:`datamodules.tools.descriptions`; their primitives are in
-:mod:`datamodules.tools.drawing`.
+matplotlib is the optional extra ``plots`` (``pip install "lightning-datamodules[plots]"``),
+imported only when a picture is drawn, through :mod:`datamodules.tools.figures` (a ``Figure``
+on an Agg canvas; pyplot's global state is never touched). Without it, drawing raises
+:class:`~datamodules.tools.figures.PlotsUnavailable`, an ``ImportError`` that says how to
+install it. Image grids are :func:`torchvision.utils.make_grid` of the batch, placed pixel for
+pixel in the picture.
 
 * :func:`plot_tensor_batch`: the default of :meth:`BaseDataModule.plot_batch`: an image grid
   for ``(N, C, H, W)`` images, else a heat map of the samples' values (z-scored per column
@@ -21,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from PIL import Image, ImageDraw
 
 from datamodules.tools.descriptions import (
     LABEL_NAMES,
@@ -34,27 +37,59 @@ from datamodules.tools.descriptions import (
     padding_comparison,
     random_batches,
 )
-
-#: Tableau's 10 qualitative colours, for class labels.
-from datamodules.tools.drawing import (
-    BACKGROUND,
-    BAND,
-    INK,
-    PADDING,
-    PALETTE,
-    diverging,
-    fit_text,
-    legend,
-    length_histogram,
-    load_font,
-    save_png,
-    text_block,
-    to_uint8_images,
-    token_bars,
+from datamodules.tools.figures import (
+    FONT,
+    TAB10,
+    add_axes,
+    header,
+    new_figure,
+    save_figure,
+    text_width,
 )
 
+__all__ = [
+    "grid_tiles",
+    "plot_image_grid",
+    "plot_lengths",
+    "plot_padding",
+    "plot_tensor_batch",
+]
+
+REAL, PADDING, BAND, MARK = "tab:blue", "#f0968c", "#fdd0a2", "tab:red"
 #: The heat map of a tensor batch shows at most this many rows and columns.
 MAX_ROWS, MAX_COLS = 256, 128
+
+
+# ---------------------------------------------------------------------- image grids
+def to_uint8_images(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images as they are; others scaled to [0, 1] (if outside it), then to 0-255."""
+    if images.dtype == torch.uint8:
+        return images
+    x = images.detach().float()
+    if x.numel() and (x.min() < 0 or x.max() > 1):
+        x = (x - x.min()) / (x.max() - x.min()).clamp_min(1e-12)
+    return (x.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def grid_tiles(images: torch.Tensor, max_images: int = 64, max_tile: int = 160) -> torch.Tensor:
+    """The RGB uint8 tiles of :func:`plot_image_grid`: images smaller than 64 pixels enlarged
+    (nearest neighbour, by a whole factor), larger than ``max_tile`` shrunk (antialiased)."""
+    from torchvision.transforms.v2.functional import resize
+
+    if images.dim() != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(f"images of shape {tuple(images.shape)}: expected (N, 1 or 3, H, W).")
+    tiles = to_uint8_images(images[:max_images].detach().cpu())
+    tiles = tiles.expand(-1, 3, -1, -1) if tiles.shape[1] == 1 else tiles
+    h, w = tiles.shape[-2:]
+    scale = max(1, math.ceil(64 / max(1, min(h, w))))
+    if scale > 1:
+        tiles = tiles.repeat_interleave(scale, dim=-2).repeat_interleave(scale, dim=-1)
+        h, w = h * scale, w * scale
+    if max(h, w) > max_tile:
+        shrink = max_tile / max(h, w)
+        size = [max(1, round(h * shrink)), max(1, round(w * shrink))]
+        tiles = resize(tiles, size, antialias=True)
+    return tiles.contiguous()
 
 
 def plot_image_grid(
@@ -68,57 +103,102 @@ def plot_image_grid(
 ) -> Path:
     """Draws a grid of ``(N, C, H, W)`` images (uint8, or float scaled to [0, 1]) with labels.
 
-    Images smaller than 64 pixels are enlarged (nearest neighbour, by a whole factor) and
-    images larger than ``max_tile`` are shrunk to it, so that every picture is legible.
+    The grid is :func:`torchvision.utils.make_grid` of the tiles (:func:`grid_tiles`: images
+    smaller than 64 pixels enlarged, larger than ``max_tile`` shrunk), ``ceil(sqrt(N))``
+    columns on white: 2 pixels apart, or 16 with labels, whose captions are written in the
+    gap under each image. It fills the bottom left of the picture, under the title.
 
     Args:
         images: The batch's images (C of 1 or 3).
         path: Where to write the PNG.
         labels: One label per image, written under it (shortened to the image's width).
         names: Class names indexed by label.
-        title: A line above the grid (the canvas widens to fit it).
+        title: A line above the grid (the picture widens to fit it).
         max_images: At most this many images are drawn.
         max_tile: The longest side, in pixels, an image is drawn at.
     """
-    if images.dim() != 4 or images.shape[1] not in (1, 3):
-        raise ValueError(f"images of shape {tuple(images.shape)}: expected (N, 1 or 3, H, W).")
-    pixels = to_uint8_images(images[:max_images].cpu())
-    if pixels.shape[1] == 1:
-        pixels = pixels.expand(-1, 3, -1, -1)
-    n, _, h, w = pixels.shape
-    scale = max(1, math.ceil(64 / max(1, min(h, w))))  # small images are drawn at least 64 px
-    h, w = h * scale, w * scale
-    if max(h, w) > max_tile:
-        shrink = max_tile / max(h, w)
-        h, w = max(1, round(h * shrink)), max(1, round(w * shrink))
-    cols = max(1, math.ceil(math.sqrt(n)))
-    rows = math.ceil(n / cols)
-    pad, caption = 4, 16 if labels is not None else 0
-    header = 24 if title else 4
-    font = load_font(12)
-    width = cols * (w + pad) + pad
-    if title:
-        probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-        width = max(width, math.ceil(probe.textlength(title, font=font)) + 2 * pad)
-    canvas = Image.new("RGB", (width, header + rows * (h + caption + pad)), BACKGROUND)
-    draw = ImageDraw.Draw(canvas)
-    if title:
-        draw.text((pad, 4), title, fill=INK, font=font)
-    label_list = None if labels is None else [int(v) for v in torch.as_tensor(labels).tolist()]
-    for i in range(n):
-        r, c = divmod(i, cols)
-        x, y = pad + c * (w + pad), header + r * (h + caption + pad)
-        tile = Image.fromarray(pixels[i].permute(1, 2, 0).contiguous().numpy(), "RGB")
-        if tile.size != (w, h):
-            resample = Image.Resampling.NEAREST if scale > 1 else Image.Resampling.BILINEAR
-            tile = tile.resize((w, h), resample)
-        canvas.paste(tile, (x, y))
-        if label_list is not None:
-            value = label_list[i]
+    from torchvision.utils import make_grid
+
+    tiles = grid_tiles(images, max_images, max_tile)
+    n, _, h, w = tiles.shape
+    cols, pad = max(1, math.ceil(math.sqrt(n))), 2 if labels is None else 16
+    if n == 1:  # make_grid returns a single image without its padding
+        grid = torch.nn.functional.pad(tiles[0], (pad, pad, pad, pad), value=255)
+    else:
+        grid = make_grid(tiles, nrow=cols, padding=pad, pad_value=255)
+    top = 24 if title else 0
+    figure = new_figure(grid.shape[2], top + grid.shape[1])
+    header(figure, [title] if title else [])
+    figure.figimage(grid.permute(1, 2, 0).numpy(), xo=0, yo=0, origin="upper")
+    if labels is not None:
+        height = figure.bbox.height
+        for i, value in enumerate(int(v) for v in torch.as_tensor(labels)[:n].tolist()):
             text = names[value] if names is not None and 0 <= value < len(names) else str(value)
-            text = fit_text(draw, text, w, font)
-            draw.text((x, y + h + 1), text, fill=PALETTE[value % len(PALETTE)], font=font)
-    return save_png(canvas, path)
+            if text_width(figure, text, 8) > w:
+                while len(text) > 1 and text_width(figure, text + "…", 8) > w:
+                    text = text[:-1]
+                text += "…"
+            r, c = divmod(i, cols)
+            x, y = pad + c * (w + pad), top + pad + r * (h + pad) + h + 1
+            figure.text(
+                x / figure.bbox.width,
+                1 - y / height,
+                text,
+                va="top",
+                fontsize=8,
+                color=TAB10[value % len(TAB10)],
+                parse_math=False,
+            )
+    return save_figure(figure, path)
+
+
+# ---------------------------------------------------------------------- lengths and padding
+def length_histogram(
+    ax: Any,
+    lengths: torch.Tensor,
+    max_bins: int = 60,
+    band: tuple[int, int] | None = None,
+    mark: int | None = None,
+) -> None:
+    """A histogram of integer lengths on ``ax``; each bin spans a whole number of lengths.
+
+    ``band`` shades the lengths ``[a, b]`` behind the bars; ``mark`` draws a dashed line
+    after length ``mark`` (a padded width: every length left of it fits).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    values = lengths.round().to(torch.int64).numpy()
+    low, high = int(values.min()), int(values.max())
+    width = max(1, math.ceil((high - low + 1) / max_bins))
+    edges = np.arange(low, high + width + 1, width) - 0.5
+    ax.hist(values, bins=edges, color=REAL, rwidth=0.85 if len(edges) <= 80 else 1.0)
+    if band is not None:
+        ax.axvspan(band[0] - 0.5, band[1] + 0.5, color=BAND, zorder=0, label="the batch drawn")
+    right = edges[-1]
+    if mark is not None:
+        ax.axvline(mark + 0.5, color=MARK, ls="--", lw=1.5, label=f"padded to {mark}")
+        right = max(right, mark + 1)
+    ax.set_xlim(edges[0] - 0.5, right + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=10, integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.grid(axis="y", color="0.88")
+    ax.set_axisbelow(True)
+    ax.set_xlabel("length (tokens)")
+    ax.set_ylabel("sequences")
+
+
+def token_bars(ax: Any, real: torch.Tensor, padded: torch.Tensor, y_max: float) -> None:
+    """Per batch (sorted by padded tokens, then real ones), a bar of padded tokens with its
+    real tokens in front."""
+    order = torch.argsort(padded.double() + real.double() / (float(padded.max()) + 1))
+    edges = np.arange(len(order) + 1)
+    ax.stairs(padded[order].double().numpy(), edges, fill=True, color=PADDING, label="padding")
+    ax.stairs(real[order].double().numpy(), edges, fill=True, color=REAL, label="real tokens")
+    ax.set_xlim(0, len(order))
+    ax.set_ylim(0, y_max)
+    ax.grid(axis="y", color="0.88")
+    ax.set_axisbelow(True)
+    ax.set_xlabel(f"{len(order):,} batches, sorted by padded tokens")
 
 
 def plot_lengths(
@@ -147,11 +227,9 @@ def plot_lengths(
     padded = int(values.max().item()) if padded_to is None else int(padded_to)
     if efficiency is None:
         efficiency = float(values.sum().item()) / (values.numel() * max(padded, 1))
-    canvas = Image.new("RGB", (760, 400), BACKGROUND)
-    draw = ImageDraw.Draw(canvas)
-    text_block(
-        draw,
-        (10, 6),
+    figure = new_figure(760, 400)
+    header(
+        figure,
         [
             title or f"{values.numel()} sequence lengths",
             length_stats(values),
@@ -159,8 +237,10 @@ def plot_lengths(
             f"{padded})",
         ],
     )
-    length_histogram(draw, (70, 74, 740, 350), values, bins, mark=padded)
-    return save_png(canvas, path)
+    ax = add_axes(figure, 70, 74, 740, 350)
+    length_histogram(ax, values, bins, mark=padded)
+    ax.legend(loc="upper right", fontsize=8)
+    return save_figure(figure, path)
 
 
 def plot_padding(
@@ -219,38 +299,30 @@ def plot_padding(
             f"shaded: the batch drawn, {len(marked)} sequences of {span} tokens "
             f"padded to {mark} ({share:.1%} real)"
         )
-    width, left, right = 900, 70, 880
-    canvas = Image.new("RGB", (width, 700), BACKGROUND)
-    draw = ImageDraw.Draw(canvas)
-    y = text_block(draw, (10, 6), lines) + 10
-    heading = load_font(13)
-    draw.text((left, y), "sequences per length, whole split", fill=INK, font=heading)
-    length_histogram(draw, (left, y + 22, right, y + 222), values.double(), bins, band, mark)
+    figure = new_figure(900, 700)
+    y = header(figure, lines) + 10
+    left, right, middle = 70, 880, 475
+    top = add_axes(figure, left, y + 22, right, y + 222)
+    length_histogram(top, values.double(), bins, band, mark)
+    top.set_title("sequences per length, whole split", loc="left", fontsize=FONT + 1)
+    if band is not None:
+        top.legend(loc="upper right", fontsize=8)
     y += 272
     y_max = float(max(int(padded.max()), int(base_padded.max()))) * 1.05
-    middle = (left + right) / 2
-    panels = (
-        ((left, middle - 30), f"these batches: {efficiency:.1%} of tokens are real", real, padded),
-        (
-            (middle + 40, right),
-            f"random batches, same sizes: {baseline:.1%}",
-            base_real,
-            base_padded,
-        ),
+    ours = add_axes(figure, left, y + 30, middle - 30, y + 240)
+    token_bars(ours, real, padded, y_max)
+    ours.set_title(
+        f"these batches: {efficiency:.1%} of tokens are real", loc="left", fontsize=FONT + 1
     )
-    for (x0, x1), heading_text, r, p in panels:
-        draw.text((x0, y), heading_text, fill=INK, font=heading)
-        token_bars(draw, (x0, y + 40, x1, y + 260), r, p, y_max)
-    draw.text((left - 60, y + 20), "tokens per batch", fill=INK, font=load_font(11))
-    legend(
-        draw,
-        (left, y + 292),
-        [(PALETTE[0], "real tokens"), (PADDING, "padding"), (BAND, "the batch drawn")]
-        + ([("dashed", "its padded width")] if mark is not None else []),
-    )
-    return save_png(canvas, path)
+    ours.set_ylabel("tokens per batch")
+    theirs = add_axes(figure, middle + 40, y + 30, right, y + 240)
+    token_bars(theirs, base_real, base_padded, y_max)
+    theirs.set_title(f"random batches, same sizes: {baseline:.1%}", loc="left", fontsize=FONT + 1)
+    ours.legend(loc="upper left", fontsize=8)
+    return save_figure(figure, path)
 
 
+# ---------------------------------------------------------------------- tensor batches
 def _split_batch(
     batch: Any,
 ) -> tuple[list[tuple[str, torch.Tensor]], tuple[str, torch.Tensor] | None]:
@@ -292,65 +364,68 @@ def plot_tensor_batch(batch: Any, path: str | os.PathLike[str], title: str | Non
     n_total, f_total = x.shape
     order = torch.arange(n_total) if labels is None else torch.argsort(labels, stable=True)
     x = x[order][:MAX_ROWS, :MAX_COLS]
-    row_labels = None if labels is None else labels[order][:MAX_ROWS]
     n, f = x.shape
     mean, std = x.mean(dim=0), x.std(dim=0, unbiased=False)
-    z = torch.where(std > 0, (x - mean) / std.clamp_min(1e-12), torch.zeros_like(x)) / 3
-    cell_w = max(6, min(40, 720 // f))
-    cell_h = max(3, min(24, 480 // n))
-    heat = Image.fromarray(diverging(z).numpy(), "RGB").resize(
-        (f * cell_w, n * cell_h), Image.Resampling.NEAREST
-    )
-    strip, gap, legend_w = 16, 8, 240 if labels is not None else 0
-    left, top = 12 + strip + gap, 70
-    width = left + heat.width + 20 + legend_w
-    height = max(top + heat.height + 60, top + 40 + 20 * MAX_CLASSES_LISTED * (labels is not None))
-    canvas = Image.new("RGB", (width, height), BACKGROUND)
-    draw = ImageDraw.Draw(canvas)
-    shape_text = ", ".join(
+    z = torch.where(std > 0, (x - mean) / std.clamp_min(1e-12), torch.zeros_like(x))
+    heat_w, heat_h = f * max(6, min(40, 720 // f)), n * max(3, min(24, 480 // n))
+    left, top = 60 if labels is None else 76, 80
+    counts_w = 260 if labels is not None else 0
+    width = max(640, left + heat_w + 30 + counts_w)
+    figure = new_figure(width, max(top + heat_h + 100, 300))
+    shapes = ", ".join(
         f"{k} {tuple(v.shape)} {str(v.dtype).replace('torch.', '')}"
         for k, v in [*features, *([label] if label else [])]
     )
-    text_block(
-        draw,
-        (10, 6),
+    shown = f" (first {n} rows x {f} columns)" if n_total > n or f_total > f else ""
+    header(
+        figure,
         [
-            title or f"one batch of {n_total}: {shape_text}",
+            title or f"one batch of {n_total}: {shapes}",
             f"heat map of '{name}': rows = samples"
             + (" sorted by label" if labels is not None else "")
-            + f", columns = its {f_total} values"
-            + (
-                f" (first {f} rows x {min(f_total, MAX_COLS)} columns)"
-                if n_total > n or f_total > f
-                else ""
-            ),
+            + f", columns = its {f_total} values{shown}",
             "colour = z-score within the batch: blue -3, grey 0, red +3",
         ],
     )
-    canvas.paste(heat, (left, top))
-    font = load_font(11)
-    if row_labels is not None:
-        for i, value in enumerate(row_labels.tolist()):
-            y = top + i * cell_h
-            draw.rectangle((12, y, 12 + strip - 1, y + cell_h - 1), fill=PALETTE[int(value) % 10])
-        x0 = left + heat.width + 20
-        draw.text((x0, top), "labels in this batch:", fill=INK, font=load_font(13))
+    ax = add_axes(figure, left, top, left + heat_w, top + heat_h)
+    image = ax.imshow(
+        z.numpy(), cmap="coolwarm", vmin=-3, vmax=3, aspect="auto", interpolation="nearest"
+    )
+    if heat_w / f >= 18:
+        ax.set_xticks(range(f))
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_yticks([])
+    ax.set_xlabel("feature")
+    bar_top = top + heat_h + 56
+    bar = add_axes(figure, left, bar_top, left + max(min(heat_w, 240), 120), bar_top + 10)
+    figure.colorbar(image, cax=bar, orientation="horizontal", ticks=[-3, 0, 3])
+    if labels is not None:
+        from matplotlib.colors import to_rgb
+
+        strip = add_axes(figure, 40, top, 56, top + heat_h)
+        colours = [to_rgb(TAB10[int(v) % 10]) for v in labels[order][:n].tolist()]
+        strip.imshow(np.array(colours)[:, None, :], aspect="auto", interpolation="nearest")
+        strip.set_xticks([])
+        strip.set_yticks([])
+        strip.set_ylabel("samples by label")
         values, counts = torch.unique(labels, return_counts=True)
-        peak = int(counts.max().item())
-        for i, (value, count) in enumerate(
-            list(zip(values.tolist(), counts.tolist(), strict=True))[:MAX_CLASSES_LISTED]
-        ):
-            y = top + 22 + i * 20
-            bar = int(150 * count / peak)
-            draw.rectangle((x0, y, x0 + max(bar, 1), y + 14), fill=PALETTE[int(value) % 10])
-            draw.text((x0 + bar + 6, y), f"{value}: {count}", fill=INK, font=font)
-    if cell_w >= 18:
-        for j in range(f):
-            draw.text((left + j * cell_w + 2, top - 14), str(j), fill=INK, font=font)
-    # Colour bar.
-    bar_top = top + heat.height + 14
-    ramp = torch.linspace(-1, 1, 200).unsqueeze(0).expand(10, -1)
-    canvas.paste(Image.fromarray(diverging(ramp).numpy(), "RGB"), (left, bar_top))
-    for x, text in ((left - 6, "-3"), (left + 96, "0"), (left + 192, "+3")):
-        draw.text((x, bar_top + 12), text, fill=INK, font=font)
-    return save_png(canvas, path)
+        values, counts = values[:MAX_CLASSES_LISTED].tolist(), counts[:MAX_CLASSES_LISTED]
+        rows = len(values)
+        side = add_axes(
+            figure, left + heat_w + 50, top, width - 70, top + min(heat_h, 22 * rows + 10)
+        )
+        bars = side.barh(
+            range(rows), counts.numpy(), color=[TAB10[int(v) % 10] for v in values], height=0.7
+        )
+        texts = [f"{v}: {c}" for v, c in zip(values, counts.tolist(), strict=True)]
+        side.bar_label(bars, labels=texts, padding=3)
+        side.set_ylim(rows - 0.5, -0.5)
+        side.set_xlim(0, float(counts.max()) * 1.6)
+        side.set_yticks([])
+        side.set_xticks([])
+        side.set_frame_on(False)
+        side.set_title("labels in this batch", loc="left", fontsize=FONT)
+    return save_figure(figure, path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from datamodules.core.skipped import Skipped
 from datamodules.shards.delimited import csv_header, csv_rows
 from datamodules.shards.index import scan_lines
 from datamodules.shards.lines import ShardLines
@@ -100,7 +101,8 @@ def record_place(index: ShardIndex | None, position: int, options: Any = None) -
             rows = csv_rows(lines, index.on_error, None, header=header)
             found = ((number, off) for number, off, _ in rows)
         else:
-            found = scan_lines(lines, index.fmt, index.on_error, _NoSkips())
+            # Skips go to a throwaway record: locating a record must not count them again.
+            found = scan_lines(lines, index.fmt, index.on_error, Skipped(limit=0))
         for number, _ in found:
             if seen == position:
                 return f"line {number}"
@@ -110,13 +112,6 @@ def record_place(index: ShardIndex | None, position: int, options: Any = None) -
     finally:
         lines.close()
     return f"record {position}"
-
-
-class _NoSkips:
-    """A skip counter that keeps nothing (locating a record must not count skips again)."""
-
-    def record(self, *args: Any) -> None:
-        pass
 
 
 def batch_error(

@@ -190,14 +190,15 @@ class TestBatches:
         first = view[dm.make_sampler("train", view, 0, 1).batches(0)[0]]
         with Image.open(out) as picture:
             assert picture.format == "PNG"
-            # 10 images of 8 px drawn at 64 px: 4 columns x 3 rows of (64 + 4) x (64 + 16 + 4)
-            # pixels (image, caption, gap) under a 24-pixel title (which may widen the canvas).
-            assert picture.height == 24 + 3 * (64 + 16 + 4)
-            assert picture.width >= 4 * (64 + 4) + 4
+            # 10 images of 8 px drawn at 64 px: torchvision's make_grid of 4 columns x 3 rows,
+            # 16 px apart (the captions go under each image), under a 24-pixel title (which
+            # may widen the canvas).
+            assert picture.height == 24 + 3 * (64 + 16) + 16
+            assert picture.width >= 4 * (64 + 16) + 16
             rgb = picture.convert("RGB")
             for i, sample in enumerate(batch_ids(first)):
                 row, col = divmod(i, 4)
-                centre = (4 + col * 68 + 32, 24 + row * 84 + 32)
+                centre = (16 + col * 80 + 32, 24 + 16 + row * 80 + 32)
                 assert rgb.getpixel(centre) == (sample % 256, sample // 256, 7)
         # show_batch is plot_batch of the first train batch (the same picture).
         again = dm.plot_batch(first, tmp_path / "plot.png", max_images=32)

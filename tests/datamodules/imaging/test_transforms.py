@@ -65,14 +65,14 @@ def test_flip_happens_half_the_time() -> None:
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_a_whole_image_crop_flips_right_in_any_layout(
-    monkeypatch: pytest.MonkeyPatch, layout: str
-) -> None:
+def test_a_whole_image_crop_flips_right_in_any_layout(layout: str) -> None:
     # A crop of the whole image is a dense view whose flip keeps the view's strides.
     image = channels_last_image(48, 40, seed=2).contiguous()
     if layout == "transposed":  # as an EXIF-rotated decode gives it
         image = channels_last_image(40, 48, seed=2).transpose(1, 2)
-    transform = RandomResizedCropFlip(24)
-    monkeypatch.setattr(random, "random", lambda: 0.0)
+    whole = (40 / 48, 40 / 48)
+    transform = RandomResizedCropFlip(24, scale=(1.0, 1.0), ratio=whole, flip_p=1.0)
     expected = F.horizontal_flip(F.resize(image, [24, 24], antialias=True))
+    assert torch.equal(transform(image), expected)
+    # The same crop with its parameters drawn beforehand, as scaled decoding applies it.
     assert torch.equal(transform.resized_crop(image, (0, 0, 48, 40), True), expected)

@@ -4,11 +4,16 @@ x workers, every bad record raised naming shard and key or skipped and counted."
 
 from __future__ import annotations
 
+import http.server
+import inspect
 import io
 import re
 import tarfile
+import threading
 import warnings
 from collections import Counter
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +233,9 @@ def bad_shards(tmp_path: Path, case: str) -> tuple[list[str], int, str]:
         "corrupt jpeg": r"key 'bad': field 'jpg': (TorchCodec|Pillow) JPEG decoder",
         "missing image": r"key 'bad': has no image field 'jpg' \(image_key\)",
         "unknown class": r"key 'bad': label 'wasp' is not one of classes \('ant', 'bee', 'cat'\)",
-        "truncated tar": r"member 'g11.jpg'.*ends inside the data",
+        "truncated tar": r"key 'g11': the archive ends inside member 'g11.jpg' \(in its data",
+        # once read as a record without its label: the file is damaged, label_key is not wrong
+        "tar cut in padding": r"key 'g11': the archive ends inside member 'g11.jpg' \(in its pad",
         "repeated key": r"key 'g03': key 'g03' repeats an earlier record's",
     }[case]
     if case == "corrupt jpeg":
@@ -237,7 +244,8 @@ def bad_shards(tmp_path: Path, case: str) -> tuple[list[str], int, str]:
         bad["png"] = bad.pop("jpg")
     elif case == "unknown class":
         bad["txt"] = "wasp"
-    records = good[:5] + [bad] + good[5:] if case not in ("truncated tar", "repeated key") else good
+    inserted = case in ("corrupt jpeg", "missing image", "unknown class")
+    records = good[:5] + [bad] + good[5:] if inserted else good
     paths = write_shards(records[:6], tmp_path, prefix="a") + write_shards(
         records[6:], tmp_path, prefix="b"
     )
@@ -248,15 +256,18 @@ def bad_shards(tmp_path: Path, case: str) -> tuple[list[str], int, str]:
                 info = tarfile.TarInfo(f"g03.{ext}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
-    if case == "truncated tar":
+    if case in ("truncated tar", "tar cut in padding"):
         data = Path(paths[1]).read_bytes()
         with tarfile.open(paths[1]) as tar:
             member = tar.getmember("g11.jpg")
-        Path(paths[1]).write_bytes(data[: member.offset_data + 50])
+        assert member.size % 512  # a JPEG with padding after it
+        cut = 50 if case == "truncated tar" else member.size + (-member.size % 512) // 2
+        Path(paths[1]).write_bytes(data[: member.offset_data + cut])
     return paths, 1, message
 
 
-CASES = ["corrupt jpeg", "missing image", "unknown class", "truncated tar", "repeated key"]
+CASES = ["corrupt jpeg", "missing image", "unknown class", "truncated tar", "tar cut in padding"]
+CASES += ["repeated key"]
 
 
 def class_stream(paths: list[str], **kwargs: Any) -> StreamingDataModule:
@@ -290,11 +301,23 @@ def test_a_bad_record_is_skipped_and_counted(tmp_path: Path, case: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the index's report at setup
         labels = [i for _, batch in dm.train_dataloader() for i in batch.tolist()]
-    expected = sorted(i % 3 for i in range(12 if case != "truncated tar" else 11))
+    expected = sorted(i % 3 for i in range(11 if case.startswith("t") else 12))
     assert sorted(labels) == expected  # every good record once, the bad one left out
     assert dm.skipped.total == bad
     assert any(re.search(message, m) for m in dm.skipped.messages)
     assert "skipped 1 bad record(s)" in dm.summary()
+
+
+def test_image_records_have_their_own_shuffle_buffer_default(tmp_path: Path) -> None:
+    paths = write_id_shards(tmp_path, [3])
+    assert inspect.signature(StreamingDataModule).parameters["shuffle_buffer"].default is None
+    images = StreamingDataModule(paths, image_key="png", num_workers=0, index_cache=False)
+    assert images.shuffle_buffer == 1000  # chosen by measurement (images-at-scale.md)
+    assert images.hparams.shuffle_buffer is None  # rebuilt from a checkpoint: chosen again
+    assert StreamingDataModule(paths).shuffle_buffer == 10_000  # plain records
+    assert StreamingDataModule(paths, image_key="png", shuffle_buffer=64).shuffle_buffer == 64
+    images.setup("fit")
+    assert "a buffer of 1000 records per worker" in images.summary()
 
 
 def test_image_arguments_are_checked(tmp_path: Path) -> None:
@@ -354,3 +377,41 @@ def test_image_size_may_be_height_and_width(shards: dict[str, Any]) -> None:
     assert "uint8 8x12 out of the loader" in dm.summary()
     assert dm.hparams["image_size"] == [8, 12]  # plain data in checkpoints
     assert stream(shards["tar"], image_size=[8, 12]).image_size == (8, 12)  # a config's list
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A folder served over HTTP on 127.0.0.1: ``(base URL, folder)``."""
+    root = tmp_path / "served"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=root))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    server.server_close()
+
+
+def test_auto_workers_count_remote_image_records_as_decode_work(
+    served: tuple[str, Path],
+) -> None:
+    base, root = served
+    paths = write_id_shards(root, [6, 6])
+    urls = [f"{base}/{Path(p).name}" for p in paths]
+    local = StreamingDataModule(paths, image_key="png", image_size=8, index_cache=False)
+    remote = StreamingDataModule(urls, image_key="png", image_size=8, index_cache=False)
+    remote.setup("fit")  # the shards are really there, read over HTTP
+    assert [s.count for s in remote.shards["train"]] == [6, 6]
+    here, there = local.loader_settings("train"), remote.loader_settings("train")
+    assert remote.work == local.work == "decode"
+    assert there.num_workers == here.num_workers
+    assert there.reasons["num_workers"] == here.reasons["num_workers"]
+    assert "I/O" not in there.reasons["num_workers"]
+    records = StreamingDataModule(urls, index_cache=False)  # the same shards as plain records
+    assert "I/O-bound" in records.loader_settings("train").reasons["num_workers"]

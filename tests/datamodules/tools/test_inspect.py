@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms.v2.functional import resize
+from torchvision.utils import make_grid
 
 from datamodules import ImageFolderDataModule, TensorDataModule, TextDataModule
 from datamodules import __main__ as entry
@@ -23,6 +26,7 @@ from datamodules.tools.descriptions import (
     padding_efficiency,
     random_batches,
 )
+from datamodules.tools.figures import PlotsUnavailable
 from datamodules.tools.inspect_cli import expand_config, main, split_argument
 from datamodules.tools.pictures import (
     plot_image_grid,
@@ -51,6 +55,23 @@ def check_png(path: Path, min_colours: int = 5) -> tuple[int, int]:
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
         assert colours is not None and len(colours) >= min_colours  # not a blank canvas
         return image.size
+
+
+def bottom_left(path: Path, grid: torch.Tensor) -> torch.Tensor:
+    """The (3, H, W) block of the picture at ``path`` where an image grid of ``grid``'s size
+    lies: its bottom left corner."""
+    with Image.open(path) as picture:
+        pixels = torch.from_numpy(np.array(picture.convert("RGB"))).permute(2, 0, 1)
+    return pixels[:, pixels.shape[1] - grid.shape[1] :, : grid.shape[2]]
+
+
+def caption_rows(grid_rows: int, tile: int, pad: int = 16) -> torch.Tensor:
+    """Bool per grid row of pixels: True in the gaps under each image row (the captions)."""
+    rows = torch.zeros(pad + grid_rows * (tile + pad), dtype=torch.bool)
+    for r in range(grid_rows):
+        start = pad + r * (tile + pad) + tile
+        rows[start : start + pad] = True
+    return rows
 
 
 class LengthsDataModule(TensorDataModule):
@@ -92,6 +113,23 @@ class TestInspectCommand:
         assert lines[-1] == f"picture of one train batch: {out.resolve()}"
         width, height = check_png(out)
         assert width > 300 and height > 200
+
+    def test_without_matplotlib_the_text_is_printed_with_how_to_get_the_picture(
+        self,
+        npz: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+        out = tmp_path / "batch.png"
+        args = ["--data", "TensorDataModule", f"--data.path={npz}", "--data.batch_size", "8"]
+        assert main([*args, "--out", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "TensorDataModule" and "one train batch:" in lines
+        assert lines[-1].startswith("no picture of one train batch: ")
+        assert 'pip install "lightning-datamodules[plots]"' in lines[-1]
+        assert not out.exists()
 
     def test_tune_puts_the_table_in_the_summary(
         self,
@@ -208,9 +246,7 @@ class TestDescriptionsAndPictures:
         check_png(plot_tensor_batch((x, y), tmp_path / "t.png"))
         check_png(plot_tensor_batch({"only": torch.randn(5, 3, 2)}, tmp_path / "u.png"))
         images = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
-        grid = plot_tensor_batch((images, torch.arange(6) % 2), tmp_path / "g.png")
-        width, _ = check_png(grid)
-        assert width == 3 * (64 + 4) + 4  # 3 columns of 16-px images drawn at 64 px
+        check_png(plot_tensor_batch((images, torch.arange(6) % 2), tmp_path / "g.png"))
         check_png(
             plot_image_grid(torch.rand(4, 1, 8, 8), tmp_path / "gray.png", [0, 1, 0, 1], ["a", "b"])
         )
@@ -219,6 +255,42 @@ class TestDescriptionsAndPictures:
             plot_image_grid(torch.zeros(2, 5, 4, 4), tmp_path / "bad.png")
         with pytest.raises(ValueError, match="no tensor to draw"):
             plot_tensor_batch(["a", "b"], tmp_path / "none.png")
+
+    def test_an_image_grid_is_make_grid_of_the_batch(self, tmp_path: Path) -> None:
+        images = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
+        # 16-px images are drawn at 64 px (nearest neighbour), 3 columns of 2 rows.
+        tiles = images.repeat_interleave(4, dim=-2).repeat_interleave(4, dim=-1)
+        expected = make_grid(tiles, nrow=3, padding=2, pad_value=255)
+        path = plot_image_grid(images, tmp_path / "plain.png")
+        assert check_png(path) == (expected.shape[2], expected.shape[1])  # no title: the grid
+        assert torch.equal(bottom_left(path, expected), expected)
+        # With labels (here from a tensor batch), captions fill the 16-px gaps under each row.
+        expected = make_grid(tiles, nrow=3, padding=16, pad_value=255)
+        path = plot_tensor_batch((images, torch.arange(6) % 2), tmp_path / "labelled.png")
+        drawn = bottom_left(path, expected)
+        captions = caption_rows(2, 64)
+        assert torch.equal(drawn[:, ~captions], expected[:, ~captions])
+        assert (drawn[:, captions] != 255).any()  # the captions are written
+        gray = torch.randint(0, 256, (4, 1, 64, 64), dtype=torch.uint8)
+        expected = make_grid(gray.expand(-1, 3, -1, -1), nrow=2, padding=2, pad_value=255)
+        title = "four gray images of 64 x 64 pixels, drawn as they are"
+        path = plot_image_grid(gray, tmp_path / "gray.png", title=title)
+        assert torch.equal(bottom_left(path, expected), expected)
+        with Image.open(path) as picture:
+            assert picture.height == 24 + expected.shape[1]  # the title line above the grid
+            assert picture.width > expected.shape[2]  # widened to fit the title
+
+    def test_without_matplotlib_drawing_says_how_to_install_it(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+        hint = 'pip install "lightning-datamodules[plots]"'
+        with pytest.raises(ImportError, match="matplotlib") as raised:
+            plot_lengths([1, 2, 3], tmp_path / "l.png")
+        assert isinstance(raised.value, PlotsUnavailable) and hint in str(raised.value)
+        with pytest.raises(PlotsUnavailable, match="lightning-datamodules\\[plots\\]"):
+            plot_tensor_batch(torch.zeros(2, 3, 8, 8), tmp_path / "g.png")
+        assert not list(tmp_path.iterdir())
 
 
 # ------------------------------------------------------------- image folders and texts
@@ -281,26 +353,31 @@ class TestImageFolderInspect:
         assert lines[batch + 2].startswith("  1: (6,) int64, values in [")
         assert lines[-1] == f"picture of one train batch: {out.resolve()}"
         width, height = check_png(out)
-        # 6 images of 8 px drawn at 64 px: 3 columns x 2 rows under a title line.
-        assert height == 24 + 2 * (64 + 16 + 4)
-        assert width >= 3 * (64 + 4) + 4
+        # 6 images of 8 px drawn at 64 px: 3 columns x 2 rows, 16 px apart (their captions),
+        # under a title line.
+        assert height == 24 + 2 * (64 + 16) + 16
+        assert width >= 3 * (64 + 16) + 16
 
     def test_captions_are_shortened_to_the_image_width(self, tmp_path: Path) -> None:
         names = ["a_very_long_class_name_that_would_overrun", "b"]
         grid = plot_image_grid(torch.zeros(2, 3, 8, 8), tmp_path / "g.png", [0, 1], names)
         with Image.open(grid) as picture:
-            assert picture.size == (2 * (64 + 4) + 4, 4 + 64 + 16 + 4)
+            # Two 64-px images 16 px apart, the captions in the 16 px under them.
+            assert picture.size == (2 * (64 + 16) + 16, 16 + 64 + 16)
             rgb = picture.convert("RGB")
             # The gap between the two captions stays background: the first one was cut short.
-            gap = [rgb.getpixel((x, y)) for x in range(68, 72) for y in range(68, 84)]
+            gap = [rgb.getpixel((x, y)) for x in range(80, 96) for y in range(80, 96)]
             assert set(gap) == {(255, 255, 255)}
-            caption = [rgb.getpixel((x, y)) for x in range(4, 68) for y in range(68, 84)]
+            caption = [rgb.getpixel((x, y)) for x in range(16, 80) for y in range(80, 96)]
             assert len(set(caption)) > 2  # the shortened name is drawn
 
     def test_large_images_are_shrunk(self, tmp_path: Path) -> None:
         images = torch.randint(0, 256, (4, 3, 300, 200), dtype=torch.uint8)
-        with Image.open(plot_image_grid(images, tmp_path / "big.png", max_tile=150)) as picture:
-            assert picture.size == (2 * (100 + 4) + 4, 4 + 2 * (150 + 4))
+        path = plot_image_grid(images, tmp_path / "big.png", max_tile=150)
+        # 300 x 200 shrunk to 150 x 100 (antialiased), 2 columns 2 px apart.
+        expected = make_grid(resize(images, [150, 100], antialias=True), nrow=2, pad_value=255)
+        assert check_png(path) == (2 * (100 + 2) + 2, 2 * (150 + 2) + 2)
+        assert torch.equal(bottom_left(path, expected), expected)
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datamodules.core.skipped import Skipped
 from datamodules.shards import index as shard_index
-from datamodules.shards.errors import RecordError, ShardError, SkipCounter
+from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.formats import detect_format, expand_files
 from datamodules.shards.index import count_records, index_shard, index_shards
 from datamodules.shards.records import read_records
@@ -137,7 +138,7 @@ def test_count_is_cached_and_invalidated(shards, tmp_path, monkeypatch):
 
 def test_index_shards_many(shards, tmp_path):
     paths = [str(shards[k]) for k in ("jsonl", "csv", "txt", "parquet")]
-    counter = SkipCounter()
+    counter = Skipped()
     indexes = index_shards(paths, cache_dir=tmp_path / "cache", counter=counter)
     assert [i.count for i in indexes] == [N] * 4
     assert [i.path for i in indexes] == paths
@@ -175,12 +176,12 @@ def test_bad_record_raise(tmp_path, case):
 @pytest.mark.parametrize("case", ["json", "csv", "utf8"])
 def test_bad_record_skip(tmp_path, case):
     path, line, good, reason = bad_cases(tmp_path)[case]
-    counter = SkipCounter()
+    counter = Skipped()
     index = index_shard(str(path), on_error="skip", cache_dir=tmp_path / "c", counter=counter)
     assert index.count == len(good) and index.skipped == 1  # the count agrees with the reader
     assert counter.counts == {str(path): 1} and reason in counter.messages[0]
     assert f"line {line}" in counter.summary()
-    reading = SkipCounter()
+    reading = Skipped()
     got = list(read_records(str(path), on_error="skip", index=index, counter=reading))
     assert [int(r["id"]) if isinstance(r, dict) else int(r.split()[1]) for r in got] == good
     assert reading.total == 1
@@ -197,7 +198,7 @@ def test_unreadable_shard(tmp_path):
         index_shard(missing, cache_dir=False)
     with pytest.raises(ShardError, match="missing.jsonl"):
         list(read_records(missing))
-    counter = SkipCounter()
+    counter = Skipped()
     index = index_shard(missing, on_error="skip", cache_dir=False, counter=counter)
     assert index.count == 0 and "missing.jsonl" in index.error
     assert missing in counter.unreadable and "unreadable" in counter.summary()
@@ -320,6 +321,17 @@ def test_byte_order_mark_and_blank_lines(tmp_path):
     txt = tmp_path / "bom.txt"
     txt.write_text("first\nsecond\n", encoding="utf-8-sig")
     assert list(read_records(str(txt))) == ["first", "second"]
+
+
+def test_a_csv_line_of_only_whitespace_is_not_a_record(tmp_path):
+    """The rule of shards/lines.py, which csv reads as a row of one field."""
+    path = tmp_path / "blank.csv"
+    path.write_text("id,text\n   \n0,a\n   \n\t\n\n1,b\n", encoding="utf-8-sig")
+    for on_error in ("raise", "skip"):
+        index = index_shard(str(path), on_error=on_error, cache_dir=False)
+        assert index.count == 2 and not index.skipped
+        records = list(read_records(str(path), on_error=on_error, index=index))
+        assert records == [{"id": "0", "text": "a"}, {"id": "1", "text": "b"}]
 
 
 def test_http_stream_through_workers(http_root, tmp_path):
