@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +19,8 @@ from datamodules.core.skipped import SkipChannel
 from datamodules.core.views import SplitView
 from datamodules.images.index import ImageFolderIndex
 from datamodules.imaging.batches import ImageBatchWriter
-from datamodules.imaging.decoding import ImageDecodeError, decode_image
+from datamodules.imaging.decoding import ImageDecodeError
+from datamodules.imaging.scaled import ImageDecoder
 
 __all__ = ["ImageBatchView"]
 
@@ -34,6 +36,8 @@ class ImageBatchView(SplitView):
             :class:`~datamodules.imaging.decoding.ImageDecodeError` naming it; ``"skip"``: it is
             left out of its batch and sent through ``skips``.
         skips: Where skipped files are sent, for the main process's ``dm.skipped``.
+        decode: ``"scaled"``: JPEGs the transform shrinks 2x or more are decoded at a reduced
+            scale (:mod:`datamodules.imaging.scaled`); ``"full"``: every pixel.
     """
 
     def __init__(
@@ -43,17 +47,20 @@ class ImageBatchView(SplitView):
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         on_error: str = "raise",
         skips: SkipChannel | None = None,
+        decode: str = "full",
     ) -> None:
         super().__init__(indices, transform)
         self.index = index
+        self.decoder = ImageDecoder(transform, decode)
         self.on_error = on_error
         self.skips = skips
 
-    def decode(self, row: int) -> torch.Tensor | None:
-        """Decodes one sample (interleaved layout); None if it was skipped."""
+    def decode(self, row: int) -> tuple[torch.Tensor, Any] | None:
+        """Decodes one sample (interleaved layout) for the transform: ``(image, its own
+        transform or None)`` as :meth:`ImageDecoder.file` gives; None if it was skipped."""
         path = self.index.path(row)
         try:
-            return decode_image(path, channels_last=True)
+            return self.decoder.file(path)
         except ImageDecodeError as error:
             if self.on_error == "raise":
                 raise
@@ -66,28 +73,28 @@ class ImageBatchView(SplitView):
         writer = ImageBatchWriter(len(rows), self.transform)
         kept = []
         for row in rows:
-            image = self.decode(row)
-            if image is not None:
-                writer.add(image)
+            decoded = self.decode(row)
+            if decoded is not None:
+                writer.add(*decoded)
                 kept.append(row)
         if not kept:
             # Every file of this batch failed: an empty batch would break the step and a
             # missing one would desynchronise DDP ranks, so take the split's next readable
             # sample instead (the one duplicate is recorded in dm.skipped).
-            image, row = self._substitute(rows[-1])
-            writer.add(image)
+            decoded, row = self._substitute(rows[-1])
+            writer.add(*decoded)
             kept.append(row)
         targets = torch.from_numpy(self.index.targets[np.asarray(kept, dtype=np.int64)])
         return writer.batch(), targets
 
-    def _substitute(self, after: int) -> tuple[torch.Tensor, int]:
+    def _substitute(self, after: int) -> tuple[tuple[torch.Tensor, Any], int]:
         split_rows = self.indices.tolist()
         start = split_rows.index(after) if after in split_rows else 0
         for offset in range(1, len(split_rows) + 1):
             row = split_rows[(start + offset) % len(split_rows)]
-            image = self.decode(row)
-            if image is not None:
+            decoded = self.decode(row)
+            if decoded is not None:
                 if self.skips is not None:
                     self.skips.send(self.index.path(row), None, "repeated to fill an all-bad batch")
-                return image, row
+                return decoded, row
         raise ImageDecodeError("on_error='skip' found no readable image in this split at all")

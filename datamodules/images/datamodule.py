@@ -38,6 +38,7 @@ from datamodules.images.batches import ImageBatchView
 from datamodules.images.index import ImageFolderIndex, scan_image_folder
 from datamodules.imaging.decoding import DECODABLE, IMG_EXTENSIONS
 from datamodules.imaging.normalize import NormalizeOnDevice
+from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -91,6 +92,13 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
         normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
         mean: Per-channel mean (ImageNet's by default).
         std: Per-channel standard deviation (ImageNet's by default).
+        decode: ``"scaled"`` (default): a JPEG that the transform shrinks 2x or more is decoded
+            at the largest DCT scale (1/2, 1/4, 1/8) that keeps the region it uses at or above
+            the output size, for a fraction of the cost; the default train transform draws
+            its crop from the JPEG's header first, the default eval transform scales for its
+            resize target, a custom transform gets full images unless it declares a
+            ``decode_size`` (:mod:`datamodules.imaging.scaled`). PNG, WebP and small JPEGs are
+            decoded in full either way. ``"full"``: every image in full, every pixel exact.
         on_error: ``"raise"`` (default) or ``"skip"`` unreadable files (skips are counted,
             listed in ``dm.skipped`` and reported in a warning at the end of each epoch).
         balanced: Sample classes equally in training (weighted draws with replacement).
@@ -114,6 +122,7 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
         normalize: bool = True,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
+        decode: str = "scaled",
         on_error: str = "raise",
         balanced: bool = False,
         extensions: Sequence[str] = IMG_EXTENSIONS,
@@ -143,10 +152,12 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
         # A list from a config becomes a pair again; mean and std tuples of floats.
         self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
         check_on_error(on_error)
+        check_decode(decode)
         check_bool(normalize, "normalize")
         check_bool(balanced, "balanced")
         self.normalize = normalize
         self.on_error = on_error
+        self.decode = decode
         self.balanced = balanced
         self.extensions = tuple(extensions)
         if self.train_transforms is None:
@@ -213,7 +224,12 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
 
     def make_view(self, split: str, dataset: ImageFolderIndex, indices: torch.Tensor) -> SplitView:
         return ImageBatchView(
-            dataset, indices, self.transform_for(split), self.on_error, self.skip_channel
+            dataset,
+            indices,
+            self.transform_for(split),
+            self.on_error,
+            self.skip_channel,
+            self.decode,
         )
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
@@ -370,6 +386,7 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
             f"loader, {scaled} "
             f"on the device; on_error={self.on_error!r}"
         )
+        lines.append(decoding_summary(self.decode, self.train_transforms, self.eval_transforms))
         if self.skip_channel is not None:
             lines.append(f"  skipped so far: {self.skipped.total} file(s)")
         return lines

@@ -40,14 +40,28 @@ class ImageBatchWriter:
         self.out: torch.Tensor | None = None  # (B, C, H, W), channels-last strides
         self.count = 0
 
-    def add(self, image: torch.Tensor) -> None:
-        """Transforms ``image`` and writes it after the images already added."""
-        if self.out is not None and self.into is not None:
-            self.into(image, self.out[self.count])
+    def add(
+        self, image: torch.Tensor, transform: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> None:
+        """Transforms ``image`` and writes it after the images already added.
+
+        Args:
+            image: A decoded ``uint8`` image ``(3, H, W)``.
+            transform: This image's own transform instead of the batch's (one whose random
+                parameters were drawn before decoding, by
+                :class:`~datamodules.imaging.scaled.ImageDecoder`).
+        """
+        into = self.into
+        if transform is not None:
+            into = getattr(transform, "into", None)
+        else:
+            transform = self.transform
+        if self.out is not None and into is not None:
+            into(image, self.out[self.count])
             self.count += 1
             return
-        if self.transform is not None:
-            image = self.transform(image)
+        if transform is not None:
+            image = transform(image)
         check_uint8_image(image, self.count, None if self.out is None else self.out.shape[1:])
         if self.out is None:
             c, h, w = image.shape

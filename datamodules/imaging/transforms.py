@@ -156,15 +156,33 @@ class RandomResizedCropFlip:
             out: ``None``, or a ``(3, height, width)`` uint8 view with channels-last strides,
                 such as ``batch[i]`` of a ``torch.channels_last`` batch.
         """
-        channels, height, width = image.shape
-        top, left, h, w = self.crop_box(height, width)
+        top, left, h, w = self.crop_box(image.shape[1], image.shape[2])
+        return self.resized_crop(image, (top, left, h, w), random.random() < self.flip_p, out)
+
+    def resized_crop(
+        self,
+        image: torch.Tensor,
+        box: tuple[int, int, int, int],
+        flip: bool,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Crops ``box`` (top, left, h, w) of ``image``, flips it if ``flip``, resizes it to the
+        output size: the transform with its random parameters already drawn.
+
+        Args:
+            image: A ``uint8`` image ``(3, H, W)``, any layout.
+            box: The crop, as :meth:`crop_box` draws it.
+            flip: Flip the crop horizontally.
+            out: As for :meth:`into`.
+        """
+        channels, _, width = image.shape
+        top, left, h, w = box
         if image.stride() == (1, channels * width, channels):  # interleaved: one view op
             offset = image.storage_offset() + (top * width + left) * channels
             crop = image.as_strided((h, w, channels), (channels * width, channels, 1), offset)
         else:
             crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
         # flip() keeps the strides of a dense view (a whole transposed image): copy to HWC.
-        flip = random.random() < self.flip_p
         crop = (crop.flip(1) if flip else crop).contiguous()
         return resize_hwc(crop, self._hw, out)
 
@@ -193,7 +211,8 @@ class ResizeCenterCrop:
         self.resize = resize
         self._cover = None if resize is not None else tuple(int(round(v / 0.875)) for v in self._hw)
 
-    def _resized_shape(self, height: int, width: int) -> tuple[int, int]:
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        """``(height, width)`` an image of this size is resized to before the center crop."""
         if self._cover is not None:  # (h, w) output: cover the enlarged box
             scale = max(self._cover[0] / height, self._cover[1] / width)
             return max(self._cover[0], int(height * scale)), max(self._cover[1], int(width * scale))
@@ -203,8 +222,13 @@ class ResizeCenterCrop:
         return new_h, new_w
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return self.resized_center_crop(image, self.resized_shape(*image.shape[-2:]))
+
+    def resized_center_crop(self, image: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+        """Resizes ``image`` to ``shape`` (height, width), then center-crops the output size: the
+        transform with the resized shape already chosen (from the image's full size)."""
         height, width = image.shape[-2:]
-        new_h, new_w = self._resized_shape(height, width)
+        new_h, new_w = shape
         if (new_h, new_w) == (height, width):
             resized = image
         else:

@@ -185,6 +185,10 @@ class StreamingDataModule(
         normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
         mean: Per-channel mean (ImageNet's by default).
         std: Per-channel standard deviation (ImageNet's by default).
+        decode: With ``image_key``: ``"scaled"`` (default) decodes a JPEG that the transform
+            shrinks 2x or more at the largest DCT scale (1/2, 1/4, 1/8) keeping the region it
+            uses at or above the output size; ``"full"`` decodes every pixel. As for
+            :class:`~datamodules.ImageFolderDataModule` (:mod:`datamodules.imaging.scaled`).
         dataset_factory: Instead of files: ``dataset_factory(split, rank, world_size)``
             returning an ``IterableDataset`` of records for ``"train"``, ``"val"`` or
             ``"test"`` (or None: no such split). Its records are transformed, batched by
@@ -243,6 +247,7 @@ class StreamingDataModule(
         normalize: bool = True,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
+        decode: str = "scaled",
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         batch_size: int = 32,
         val_split: int | float = 0,
@@ -282,7 +287,9 @@ class StreamingDataModule(
         check_mixing(files, epoch_size, source_key)
         check_bool(eval_per_source, "eval_per_source")
         self.eval_per_source = eval_per_source
-        self._init_images(image_key, label_key, classes, image_size, normalize, mean, std, collate)
+        self._init_images(
+            image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
+        )
         storage_options = restored_storage_options(storage_options)
         self.remote, limit = remote_options(
             storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards

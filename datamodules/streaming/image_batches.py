@@ -33,7 +33,8 @@ from collates.records import collate_records
 from datamodules.core.checks import is_int
 from datamodules.core.skipped import SkipChannel
 from datamodules.imaging.batches import ImageBatchWriter
-from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
+from datamodules.imaging.decoding import ImageDecodeError
+from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
@@ -88,6 +89,7 @@ class ImageRecordCollate:
         transform: The split's transform on uint8 ``(3, H, W)`` images (one size per batch).
         on_error: ``"raise"`` or ``"skip"`` bad records.
         skips: Where skipped records are sent to the main process (``"skip"``).
+        decode: ``"scaled"`` or ``"full"`` (:class:`~datamodules.imaging.scaled.ImageDecoder`).
     """
 
     def __init__(
@@ -98,7 +100,9 @@ class ImageRecordCollate:
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         on_error: str = "raise",
         skips: SkipChannel | None = None,
+        decode: str = "full",
     ) -> None:
+        self.decoder = ImageDecoder(transform, decode)
         self.image_keys = tuple(image_keys)
         self.label_key = label_key
         self.classes = None if classes is None else tuple(classes)
@@ -114,11 +118,11 @@ class ImageRecordCollate:
         rest: list[dict[str, Any]] = []
         for record in records:
             try:
-                image, label = self._decode(record)
+                image, own, label = self._decode(record)
             except _Bad as bad:
                 self._bad(record, str(bad))
                 continue
-            writer.add(image)
+            writer.add(image, own)
             labels.append(label)
             if self.label_key is None:
                 rest.append({k: v for k, v in record.items() if k not in self.image_keys})
@@ -130,8 +134,8 @@ class ImageRecordCollate:
                     shard, where, "every record of this batch is bad and no good one was read "
                     "before it to fill the batch (on_error='skip')"
                 )  # fmt: skip
-            image, label = self._decode(self._last_good)
-            writer.add(image)
+            image, own, label = self._decode(self._last_good)
+            writer.add(image, own)
             labels.append(label)
             if self.label_key is None:
                 rest.append({k: v for k, v in self._last_good.items() if k not in self.image_keys})
@@ -141,7 +145,9 @@ class ImageRecordCollate:
             return images, torch.tensor(labels, dtype=torch.int64)
         return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
 
-    def _decode(self, record: Any) -> tuple[torch.Tensor, int]:
+    def _decode(self, record: Any) -> tuple[torch.Tensor, Any, int]:
+        """``(image, its own transform or None, label)`` of a record (see
+        :meth:`~datamodules.imaging.scaled.ImageDecoder.bytes`)."""
         if not isinstance(record, Mapping):
             raise _Bad(f"is a {type(record).__name__}, not a dict with an image field")
         label = self._label(record) if self.label_key is not None else -1
@@ -158,14 +164,14 @@ class ImageRecordCollate:
                 if data is None:
                     if not path or not os.path.isfile(path):
                         raise _Bad(f"field {key!r} holds no bytes and no readable path ({path!r})")
-                    return decode_image(path, channels_last=True), label
+                    return (*self.decoder.file(path), label)
                 value = data
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 raise _Bad(f"field {key!r} holds a {type(value).__name__}, not encoded image bytes")
-            image = decode_image_bytes(value, channels_last=True)  # errors name the record below
+            image, own = self.decoder.bytes(value)  # errors name the record below
         except ImageDecodeError as error:
             raise _Bad(f"field {key!r}: {error.reason}") from error
-        return image, label
+        return image, own, label
 
     def _label(self, record: Mapping[str, Any]) -> int:
         if self.label_key not in record:

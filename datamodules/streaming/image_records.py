@@ -24,6 +24,7 @@ from typing import Any
 from datamodules.core.checks import check_bool, check_string, is_int, rejected
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.imaging.normalize import NormalizeOnDevice
+from datamodules.imaging.scaled import check_decode, decoding_summary
 from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -46,7 +47,8 @@ RECORD_SHUFFLE_BUFFER = 10_000
 #: a worker holds 110 MB of ImageNet-sized JPEGs (10,000: 1.1 GB).
 IMAGE_SHUFFLE_BUFFER = 1000
 
-_DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True}
+_DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True,
+             "decode": "scaled"}  # fmt: skip
 
 
 def _image_keys(image_key: Any) -> tuple[str, ...]:
@@ -66,6 +68,7 @@ def check_image_records(
     mean: Any,
     std: Any,
     collate: Any,
+    decode: Any = "scaled",
 ) -> tuple[tuple[str, ...], list[str] | None]:
     """Checks the image arguments; returns the image field's alternatives and the classes.
 
@@ -75,7 +78,7 @@ def check_image_records(
     """
     if image_key is None:
         given = {"label_key": label_key, "classes": classes, "image_size": image_size,
-                 "normalize": normalize}  # fmt: skip
+                 "normalize": normalize, "decode": decode}  # fmt: skip
         changed = [k for k, v in given.items() if v != _DEFAULTS[k]]
         changed += [k for k, v, d in (("mean", mean, IMAGENET_MEAN), ("std", std, IMAGENET_STD))
                     if not isinstance(v, Sequence) or tuple(v) != d]  # fmt: skip
@@ -101,6 +104,7 @@ def check_image_records(
         if label_key is None:
             raise ValueError("classes= maps labels to indices: it needs label_key= too.")
     check_image_arguments(image_size, mean, std)
+    check_decode(decode)
     check_bool(normalize, "normalize")
     if collate is not None:
         raise ValueError(
@@ -120,11 +124,12 @@ class StreamImages(NormalizeOnDevice):
 
     def _init_images(
         self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
-        mean: Any, std: Any, collate: Any,
+        mean: Any, std: Any, collate: Any, decode: Any = "scaled",
     ) -> None:  # fmt: skip
         keys, names = check_image_records(
-            image_key, label_key, classes, image_size, normalize, mean, std, collate
+            image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
         )
+        self.decode = decode
         self.image_key, self.image_keys = image_key, keys
         self.label_key = label_key if keys else None
         self._class_names = names
@@ -155,6 +160,7 @@ class StreamImages(NormalizeOnDevice):
             self.train_transforms if split == "train" else self.eval_transforms,
             self.on_error,
             self._image_skips,
+            self.decode,
         )
         return (None if reader is None else TaggedReader(reader)), self.transform, collate
 
@@ -254,4 +260,5 @@ class StreamImages(NormalizeOnDevice):
             f"{'x'.join(map(str, as_height_width(self.image_size)))} out of the loader, {scaled} "
             "on the device",
             f"  transforms: train {self.train_transforms!r}; eval {self.eval_transforms!r}",
+            decoding_summary(self.decode, self.train_transforms, self.eval_transforms),
         ]

@@ -74,3 +74,5 @@ def test_a_whole_image_crop_flips_right_in_any_layout(layout: str) -> None:
     transform = RandomResizedCropFlip(24, scale=(1.0, 1.0), ratio=whole, flip_p=1.0)
     expected = F.horizontal_flip(F.resize(image, [24, 24], antialias=True))
     assert torch.equal(transform(image), expected)
+    # The same crop with its parameters drawn beforehand, as scaled decoding applies it.
+    assert torch.equal(transform.resized_crop(image, (0, 0, 48, 40), True), expected)
