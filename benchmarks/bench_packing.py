@@ -23,8 +23,16 @@ no labels. Two parts:
    a batch's tensors travel through the workers' shared-memory slots; with the slot
    counts (a batch that found no free slot goes PyTorch's usual way, a fresh segment).
 
-Run: ``python benchmarks/bench_packing.py [--samples 50000] [--repeats 7] [--no-workers]``
-(needs the ``bench`` extra for transformers).
+4. **A blend of two token files**: the same documents' lengths as random token ids, written
+   as two flat token files (uint16, eos 0; documents dealt alternately) and as one file of
+   them all. ``TextDataModule(token_files=[Source(a, weight=[[0, 1], [2, 3]]),
+   Source(b, weight=1)], packing=True)`` (one epoch: all the sources' rows, split by the
+   schedule) against ``TextDataModule(token_files=one_file, packing=True)``, 8 rows of 512,
+   0 and 2 workers; real tokens per second, alternating epochs, the ratio the median of
+   per-repeat ratios (bar: the blend at least 0.95x one file).
+
+Run: ``python benchmarks/bench_packing.py [--samples 50000] [--repeats 7] [--no-workers]
+[--no-blend]`` (needs the ``bench`` extra for transformers; ``--only-blend``: part 4 alone).
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_text import make_lengths, make_texts  # noqa: E402
 
 from collates import PackCollate  # noqa: E402
-from datamodules import TextDataModule  # noqa: E402
+from datamodules import Source, TextDataModule  # noqa: E402
 from datamodules.core.buckets import BucketBatchSampler  # noqa: E402
 from datamodules.text.packing import PackPlanner  # noqa: E402
 
@@ -109,7 +117,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-workers", action="store_true", help="skip part 3")
+    parser.add_argument("--no-blend", action="store_true", help="skip part 4")
+    parser.add_argument("--only-blend", action="store_true", help="part 4 alone")
     args = parser.parse_args()
+    if args.only_blend:
+        blend(make_lengths(args.samples), args.repeats)
+        return
 
     lengths = make_lengths(args.samples)
     texts = make_texts(lengths)
@@ -205,6 +218,8 @@ def main() -> None:
 
     if not args.no_workers:
         with_workers(texts, args.repeats)
+    if not args.no_blend:
+        blend(lengths, args.repeats)
 
 
 def with_workers(texts: list[str], repeats: int, rows: int = 8, seq: int = 2048) -> None:
@@ -239,6 +254,45 @@ def with_workers(texts: list[str], repeats: int, rows: int = 8, seq: int = 2048)
             f"{name:<42} {statistics.median(values):>14,.0f} {ratio:>18.2f}x "
             f"{stats['pooled']:>7} {stats['fallback']:>9}"
         )
+
+
+def blend(lengths: np.ndarray, repeats: int) -> None:
+    """Part 4: a blend of two token files against one file of the same documents."""
+    import tempfile
+
+    rng = np.random.default_rng(0)
+    docs = [np.append(rng.integers(1, 50_000, size=int(n)), 0) for n in lengths]
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for name, part in (("one", docs), ("a", docs[0::2]), ("b", docs[1::2])):
+            paths[name] = str(Path(tmp) / f"{name}.bin")
+            np.concatenate(part).astype(np.uint16).tofile(paths[name])
+        print(f"\n4. A blend of two token files against one file, median of {repeats} epochs")
+        print(f"{'loader':<44} {'real tokens/s':>14} {'blend is':>9}")
+        for workers in (0, 2):
+            common = {"eos_id": 0, "vocab_size": 50_000, "packing": True, "seq_length": SEQ,
+                      "batch_size": ROWS, "val_split": 0, "num_workers": workers}  # fmt: skip
+            sources = [Source(paths["a"], weight=[[0, 1], [2, 3]], name="a"),
+                       Source(paths["b"], weight=1, name="b")]  # fmt: skip
+            loaders = {
+                f"one token file, {workers} workers": TextDataModule(
+                    token_files=paths["one"], **common
+                ).train_dataloader(),
+                f"blend of two (a schedule), {workers} workers": TextDataModule(
+                    token_files=sources, **common
+                ).train_dataloader(),
+            }
+            tokens = {name: epoch_tokens(loader)[0] for name, loader in loaders.items()}
+            rates: dict[str, list[float]] = {name: [] for name in loaders}
+            for repeat in range(repeats):
+                for name, loader in loaders.items():
+                    rates[name].append(epoch_rate(loader, repeat + 1, tokens[name]))
+            one, mixed = rates.values()
+            ratio = statistics.median(m / o for m, o in zip(mixed, one, strict=True))
+            for name, values in rates.items():
+                shown = f"{ratio:.3f}x" if "blend" in name else ""
+                print(f"{name:<44} {statistics.median(values):>14,.0f} {shown:>9}")
+            del loaders
 
 
 if __name__ == "__main__":

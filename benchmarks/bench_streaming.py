@@ -22,7 +22,15 @@ batch 64, shuffle buffer 10,000, default collate), for 100k and 1M records, each
 process; summed over the main process and its workers, as PSS (shared pages split between
 processes) and RSS.
 
-Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 5] [--memory]``.
+``--mixed``: the cost of mixing. The same JSONL and Parquet shards as three weighted Sources
+(6, 5 and 5 shards) with weight schedules (``[[0, 1], [2, 3]]``, ``2``, ``[[0, 3], [2, 1]]``)
+and ``epoch_size`` = all the records, against the same shards unmixed, 0 and 2 workers;
+records per second, the two loaders alternating epochs (which goes first alternates too; the
+schedule moves with the epochs), the ratio that of the medians (bar: mixed at least 0.95x
+unmixed).
+
+Run: ``python benchmarks/bench_streaming.py [--records 100000] [--repeats 5] [--memory]
+[--mixed]``.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collates.records import collate_records  # noqa: E402
-from datamodules import StreamingDataModule  # noqa: E402
+from datamodules import Source, StreamingDataModule  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)
@@ -363,6 +371,63 @@ def report(args, collate_name: str, first, rates, exact: bool) -> None:
     print(f"  ours exactly once in every epoch: {exact}")
 
 
+# ---------------------------------------------------------------------------- mixing
+
+
+class Mixed:
+    """Ours over three scheduled Sources of the same shards; every epoch all the records."""
+
+    def __init__(self, paths: list[str], cache: Any, workers: int) -> None:
+        sources = [
+            Source(paths[:6], weight=[[0, 1], [2, 3]], name="a"),
+            Source(paths[6:11], weight=2, name="b"),
+            Source(paths[11:], weight=[[0, 3], [2, 1]], name="c"),
+        ]
+        n = StreamingDataModule(paths, index_cache=cache).split_size("train")
+        self.dm = StreamingDataModule(
+            sources, epoch_size=n, batch_size=BATCH, num_workers=workers,
+            shuffle_buffer=BUFFER, index_cache=cache,
+        )  # fmt: skip
+        self.loader = self.dm.train_dataloader()
+
+    def epoch(self) -> int:
+        return sum(len(batch["id"]) for batch in self.loader)
+
+
+def mixed(args: argparse.Namespace) -> None:
+    """Three scheduled sources against the same records unmixed."""
+    n = args.records
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        cache = root / "cache"
+        shards = {"JSONL": write_jsonl(root / "jsonl", n),
+                  "Parquet": write_parquet(root / "parquet", n)}  # fmt: skip
+        print(
+            f"{n:,} records, {SHARDS} shards as 3 scheduled Sources vs unmixed; batch {BATCH}, "
+            f"buffer {BUFFER:,}; {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} CPUs, torch {torch.__version__}; median of {args.repeats}"
+        )
+        print(f"  {'loader':<34} {'records/s':>11} {'mixed is':>9}")
+        for fmt, paths in shards.items():
+            for workers in (0, WORKERS):
+                loaders = {"unmixed": Ours(paths, collate_records, cache, workers),
+                           "mixed": Mixed(paths, cache, workers)}  # fmt: skip
+                for loader in loaders.values():
+                    loader.epoch()  # first epoch: workers start
+                rates: dict[str, list[float]] = {name: [] for name in loaders}
+                for repeat in range(args.repeats):
+                    order = list(loaders) if repeat % 2 == 0 else list(loaders)[::-1]
+                    for name in order:  # alternating which goes first
+                        seconds, count = timed(loaders[name].epoch)
+                        rates[name].append(count / seconds)
+                ratio = statistics.median(rates["mixed"]) / statistics.median(rates["unmixed"])
+                for name, values in rates.items():
+                    shown = f"{ratio:.3f}x" if name == "mixed" else ""
+                    label = f"{fmt}, {workers} workers, {name}"
+                    print(f"  {label:<34} {statistics.median(values):>11,.0f} {shown:>9}")
+                del loaders
+
+
 # ---------------------------------------------------------------------------- memory
 
 
@@ -455,12 +520,15 @@ def main() -> None:
         "collate); lean: pad_tokens below",
     )
     parser.add_argument("--memory", action="store_true", help="peak memory, 100k vs 1M")
+    parser.add_argument("--mixed", action="store_true", help="three scheduled sources")
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child[0], int(args.memory_child[1]))
     elif args.memory:
         memory(args)
+    elif args.mixed:
+        mixed(args)
     else:
         throughput(args)
 

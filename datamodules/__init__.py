@@ -28,7 +28,7 @@ _HOMES = {
     "BaseDataModule": "datamodules.core.base",
     "DataWaitMonitor": "datamodules.tools.monitor",
     "ImageFolderDataModule": "datamodules.images.datamodule",
-    "Source": "datamodules.streaming.engine.mixing",
+    "Source": "datamodules.core.sources",
     "StreamingDataModule": "datamodules.streaming.datamodule",
     "TensorDataModule": "datamodules.tensor",
     "TextDataModule": "datamodules.text.datamodule",
@@ -36,9 +36,9 @@ _HOMES = {
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from datamodules.core.base import BaseDataModule
+    from datamodules.core.sources import Source
     from datamodules.images.datamodule import ImageFolderDataModule
     from datamodules.streaming.datamodule import StreamingDataModule
-    from datamodules.streaming.engine.mixing import Source
     from datamodules.tensor import TensorDataModule
     from datamodules.text.datamodule import TextDataModule
     from datamodules.tools.monitor import DataWaitMonitor

@@ -35,6 +35,7 @@ __all__ = [
     "check_fraction",
     "check_int",
     "check_mean_std",
+    "check_not_pipe",
     "check_number",
     "check_on_error",
     "check_path",
@@ -49,6 +50,9 @@ __all__ = [
 
 #: What ``on_error`` accepts wherever a DataModule or the shard layer takes it.
 ON_ERROR = ("raise", "skip")
+
+#: The URL inside a webdataset ``pipe:`` command (``pipe:aws s3 cp s3://b/x.tar -``).
+_PIPED_URL = re.compile(r"((?:s3|gs|gcs|az|abfs|https?|hf)://\S+)")
 
 _MOVED = {"WeakCall": "loaders", "check_common_arguments": "common_arguments"}
 
@@ -298,6 +302,25 @@ def check_path(
     if isinstance(value, (str, os.PathLike)):
         return os.fspath(value)
     raise rejected(name, value, accepted, TypeError)
+
+
+def check_not_pipe(spec: str, name: str = "files") -> None:
+    """Refuses a webdataset ``pipe:`` URL: this library never runs a shell command.
+
+    Raises:
+        ValueError: ``spec`` starts with ``pipe:``, naming the fsspec URL to use instead
+            when the command holds one (``pipe:aws s3 cp s3://b/x.tar -`` -> ``s3://b/x.tar``).
+    """
+    if not spec.startswith("pipe:"):
+        return
+    url = _PIPED_URL.search(spec)
+    instead = (
+        f"use the URL itself, {url.group(1)!r}, which fsspec reads (with storage_options= "
+        "for credentials)"
+        if url
+        else "give the file's URL (s3://, gs://, https://...), which fsspec reads"
+    )
+    raise ValueError(f"{name}={spec!r} is not accepted: shell commands are never run; {instead}.")
 
 
 def _channel_stats(value: Any, name: str, channels: int, positive: bool) -> tuple[float, ...]:

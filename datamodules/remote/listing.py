@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from datamodules.core.checks import check_not_pipe  # (its home: argument checks)
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
 from datamodules.remote.retrying import RemoteOptions, call_with_retries
 
@@ -34,8 +35,6 @@ __all__ = [
 
 #: A brace pattern: ``{a,b}`` or ``{000..099}`` (what braceexpand expands).
 _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
-#: The URL inside a webdataset ``pipe:`` command (``pipe:aws s3 cp s3://b/x.tar -``).
-_PIPED_URL = re.compile(r"((?:s3|gs|gcs|az|abfs|https?|hf)://\S+)")
 
 #: Keys of ``fs.info()`` that change when a remote file does (the first ones found are kept).
 VALIDATORS = (
@@ -64,25 +63,6 @@ def cache_root(name: str) -> str:
 def has_magic(spec: str) -> bool:
     """Whether ``spec`` is a glob pattern."""
     return any(c in spec for c in "*?[")
-
-
-def check_not_pipe(spec: str, name: str = "files") -> None:
-    """Refuses a webdataset ``pipe:`` URL: this library never runs a shell command.
-
-    Raises:
-        ValueError: ``spec`` starts with ``pipe:``, naming the fsspec URL to use instead
-            when the command holds one (``pipe:aws s3 cp s3://b/x.tar -`` -> ``s3://b/x.tar``).
-    """
-    if not spec.startswith("pipe:"):
-        return
-    url = _PIPED_URL.search(spec)
-    instead = (
-        f"use the URL itself, {url.group(1)!r}, which fsspec reads (with storage_options= "
-        "for credentials)"
-        if url
-        else "give the file's URL (s3://, gs://, https://...), which fsspec reads"
-    )
-    raise ValueError(f"{name}={spec!r} is not accepted: shell commands are never run; {instead}.")
 
 
 def expand_braces(spec: str) -> list[str]:

@@ -12,9 +12,12 @@
   opened through :mod:`datamodules.remote`.
 
 ``write_shards`` lives in :mod:`datamodules.shards.writer`; it is re-exported here, where the
-contract names it (``from datamodules.streaming import write_shards``).
+contract names it (``from datamodules.streaming import write_shards``). So is
+:class:`~datamodules.Source` (:mod:`datamodules.core.sources`, shared with text blends), which
+streams mixed first (``from datamodules.streaming import Source``).
 """
 
+from datamodules.core.sources import Source
 from datamodules.shards.writer import write_shards
 
-__all__ = ["write_shards"]
+__all__ = ["Source", "write_shards"]

@@ -17,11 +17,11 @@ from datamodules.core.checks import (
     check_string,
 )
 from datamodules.core.hardware import TUNE
+from datamodules.core.mixture import Source, check_sources
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import check_not_pipe
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
 from datamodules.shards.formats import FORMATS
-from datamodules.streaming.engine.mixing import Source, check_sources
 
 __all__ = [
     "check_callable",

@@ -66,8 +66,11 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.checks import check_bool
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.mix_logging import MixLogging
+from datamodules.core.mixture import Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.shards.index import ShardIndex
@@ -82,7 +85,6 @@ from datamodules.streaming.arguments import (
 )
 from datamodules.streaming.engine.batching import Chain, stream_collate
 from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.mixing import Source
 from datamodules.streaming.engine.stream import ShardedStream
 from datamodules.streaming.image_records import (
     IMAGE_SHUFFLE_BUFFER,
@@ -93,6 +95,7 @@ from datamodules.streaming.image_records import (
 )
 from datamodules.streaming.inspection import StreamInspection
 from datamodules.streaming.loaders import StreamLoaders
+from datamodules.streaming.mix_resume import StreamMixResume
 from datamodules.streaming.splits import SplitSource, StreamSplits
 from datamodules.streaming.stream_state import StreamState
 
@@ -103,7 +106,14 @@ Files = Sequence[Source] | Sequence[str | os.PathLike] | str | os.PathLike
 
 
 class StreamingDataModule(
-    StreamLoaders, StreamImages, StreamState, StreamSplits, StreamInspection, BaseDataModule
+    StreamLoaders,
+    StreamImages,
+    StreamState,
+    StreamMixResume,
+    StreamSplits,
+    StreamInspection,
+    MixLogging,
+    BaseDataModule,
 ):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
@@ -115,10 +125,13 @@ class StreamingDataModule(
     Args:
         train_files: Shards of the train split: a path or URL, a glob (``"data/*.jsonl"``,
             ``"s3://bucket/train-*.parquet"``), a directory, or a list of them; or a list of
-            :class:`~datamodules.Source` mixed by ``weight`` or ``repeat`` with exact quotas
-            per epoch (:mod:`datamodules.streaming.engine.mixing`).
+            :class:`~datamodules.Source` mixed by ``weight`` (a number, or a schedule
+            ``[[epoch, weight], ...]``) or ``repeat`` with exact quotas per epoch
+            (:meth:`quotas`; :mod:`datamodules.core.mixture`). Each epoch's quotas are logged
+            to the Trainer's loggers as ``mix/<name>``; a resume may change the mix.
         val_files: Shards of the validation split (None: no validation); Sources here are
-            each read once (with ``source_key``, for per-source metrics).
+            each read once (with ``source_key``, for per-source metrics; with
+            ``eval_per_source=True``, each in its own loader).
         test_files: Shards of the test split (None: no test split).
         transform: ``record -> sample``, applied in the workers to every split's records
             (before ``train_transforms`` / ``eval_transforms``, which then act on samples).
@@ -139,6 +152,10 @@ class StreamingDataModule(
         epoch_size: With weighted train Sources: records per epoch over all ranks (default:
             all the sources' records), split between them by weight.
         source_key: With Sources: each (dict) record gets its source's name in this field.
+        eval_per_source: With ``val_files`` / ``test_files`` lists of Sources: one loader per
+            source, in order (:meth:`source_names`), so that a model logs a metric per
+            source (Lightning suffixes it with ``/dataloader_idx_k``). False: one loader
+            reads every source once.
         storage_options: Passed to fsspec for remote shards (e.g. an S3 ``endpoint_url``,
             ``key``, ``secret``), as pandas and HF datasets do. Checkpoints keep them without
             the credentials (:mod:`datamodules.remote.credentials`).
@@ -216,6 +233,7 @@ class StreamingDataModule(
         index_cache: str | os.PathLike | bool | None = None,
         epoch_size: int | None = None,
         source_key: str | None = None,
+        eval_per_source: bool = False,
         storage_options: dict[str, Any] | None = None,
         retries: int = 5,
         timeout: float = 60.0,
@@ -267,6 +285,8 @@ class StreamingDataModule(
             index_cache=index_cache,
         )
         check_mixing(files, epoch_size, source_key)
+        check_bool(eval_per_source, "eval_per_source")
+        self.eval_per_source = eval_per_source
         self._init_images(
             image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
         )
@@ -277,8 +297,13 @@ class StreamingDataModule(
         save_without_credentials(self, storage_options)
         self.epoch_size, self.source_key = epoch_size, source_key
         self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
-        #: Per mixed split, its sources once indexed (shards, records, quota per epoch).
+        #: Per mixed split, its sources once indexed (shards, records).
         self.mixes: dict[str, list[SplitSource]] = {}
+        #: Per mixed split, its records per source and epoch (see :meth:`quotas`).
+        self.mixtures: dict[str, Mixture] = {}
+        self._mix_resume: tuple[dict[str, Any], bool] | None = None
+        self._resumed_mixture: Mixture | None = None
+        self._mix_logged: int | None = None
         self.files = files
         self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
         self.transform = transform
@@ -355,12 +380,17 @@ class StreamingDataModule(
         return loader
 
     def val_dataloader(self) -> DataLoader | list:
-        """The validation loader, or an empty list (no validation) without val records."""
+        """The validation loader, or an empty list (no validation) without val records; with
+        ``eval_per_source=True`` and Sources, one loader per source."""
+        if self._per_source("val"):
+            return self._source_loaders("val")
         loader = self.make_loader("val") if self._has("val") else None
         return [] if loader is None else loader
 
-    def test_dataloader(self) -> DataLoader:
-        """The test loader."""
+    def test_dataloader(self) -> DataLoader | list:
+        """The test loader (with ``eval_per_source=True`` and Sources, one per source)."""
+        if self._per_source("test"):
+            return self._source_loaders("test")
         loader = self.make_loader("test") if self._has("test") else None
         if loader is None:
             raise ValueError(

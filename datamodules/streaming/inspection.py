@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from datamodules.core.mixture import schedule_lines
 from datamodules.core.summary import counted, unsaved_lines
 from datamodules.remote.files import is_remote
 from datamodules.streaming.engine.columnar import columnar_reason
@@ -165,28 +166,30 @@ class StreamInspection:
         return f"    batches: collated from records ({reason})"
 
     def _source_lines(self, split: str) -> list[str]:
-        """One line per source of a mixed split: shards, records, weight or repeat, records this
-        epoch, passes so far, and the records it had skipped."""
+        """One line per source of a mixed split: shards, records, weight (or schedule) or
+        repeat, records this epoch, passes so far, and the records it had skipped."""
         mix = self.mixes.get(split)
-        if not mix:
+        mixture = self.mixture(split) if mix else None
+        if not mix or mixture is None:
             return []
-        stream = getattr(self, "_train_stream", None) if split == "train" else None
-        epoch = 0 if stream is None else stream.epoch
+        epoch = self._current_epoch() if split == "train" else 0
+        quota = dict(zip(mixture.names, mixture.quotas(epoch), strict=True))
+        start = dict(zip(mixture.names, mixture.starts(epoch), strict=True))
         shards = self.shards[split]
         lines = []
         for m in mix:
-            share = (
-                f"weight={m.source.weight:g}"
-                if m.source.weight is not None
-                else f"repeat={m.source.repeat:g}"
-                if m.source.repeat is not None
-                else "once per epoch"
-            )
-            passes = (epoch + 1) * m.quota / m.records if m.records else 0.0
+            name = m.source.label
+            share = m.source.share() if split == "train" else "once"
+            if m.hidden:
+                share = "removed since the checkpoint"
+            drawn = start[name] + quota[name]
+            passes = drawn / m.records if m.records else 0.0
             skipped = sum(self.skipped.counts.get(shards[k].path, 0) for k in m.shards)
             lines.append(
-                f"    source {m.source.label!r}: {len(m.shards)} shard(s), {m.records} records, "
-                f"{share}; {m.quota} records this epoch; {passes:.2f} passes so far (epoch "
+                f"    source {name!r}: {len(m.shards)} shard(s), {m.records} records, "
+                f"{share}; {quota[name]} records this epoch; {passes:.2f} passes so far (epoch "
                 f"{epoch}); {skipped} skipped"
             )
+        if split == "train" and mixture.kind == "weight":
+            lines.extend(schedule_lines(mixture, epoch))
         return lines

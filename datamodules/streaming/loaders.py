@@ -10,19 +10,22 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from datamodules.core.base import FEW_WORKERS_WARNING
 from datamodules.core.hardware import AUTO
+from datamodules.core.mixture import Mixture
 from datamodules.core.quiet import HeldFilters
 from datamodules.remote.cache import ShardCache
-from datamodules.shards.dataset_index import shard_formats
+from datamodules.shards.dataset_index import ShardTable, shard_formats
 from datamodules.streaming.engine.batching import factory_loader
 from datamodules.streaming.engine.columnar import columnar_reason
 from datamodules.streaming.engine.loader import StreamLoader, gathered_prefetch
 from datamodules.streaming.engine.readers import ShardReader, SliceReader
 from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.streaming.splits import SplitSource
 from datamodules.streaming.trainer_links import (
     ConsumedBatches,
     ResumedEpochEnd,
@@ -45,13 +48,24 @@ class StreamLoaders:
     _pending_stream_state: dict[str, Any] | None
     _train_loader_ref: Any
 
-    def make_stream(self, split: str, rank: int, world: int) -> ShardedStream:
+    def make_stream(
+        self, split: str, rank: int, world: int, source: int | None = None
+    ) -> ShardedStream:
         """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable).
 
         The train stream runs ``trainer.current_epoch`` under a Trainer; outside one, the
-        epoch after the previous train loader's (0 at first).
+        epoch after the previous train loader's (0 at first). ``source``: only that source of
+        a split of Sources (``eval_per_source``).
         """
         shards = self._index(split)
+        mix = self.mixes.get(split)
+        mixture = self.mixture(split)
+        if source is not None:  # one source alone, read once
+            assert mix is not None
+            one = mix[source]
+            shards = ShardTable.of([shards[k] for k in one.shards])
+            mix = [SplitSource(one.source, tuple(range(len(shards))), one.records)]
+            mixture = Mixture.fixed([one.source.label], [one.records])
         train = split == "train"
         # (path, count) pairs: a dataset index of a million shards makes no object per shard.
         listed: list[Any] = list(zip(shards.paths, shards.counts, strict=True))
@@ -66,7 +80,6 @@ class StreamLoaders:
                 index_cache=self.index_cache,
             )  # fmt: skip
         reader, transform, collate = self.stream_parts(split, reader)
-        mix = self.mixes.get(split)
         trainer = self._trainer()
         overfit = train and trainer is not None and trainer.overfit_batches > 0
         if not train:
@@ -93,6 +106,7 @@ class StreamLoaders:
             reader=reader,
             on_error=self.on_error,
             sources=None if mix is None else [m.engine() for m in mix],
+            mix=mixture,
             source_key=self.source_key,
             columnar=columnar_reason(
                 shard_formats(shards), hasattr(reader, "blocks"), transform, collate
@@ -100,10 +114,25 @@ class StreamLoaders:
             is None,
         )
 
-    def make_loader(self, split: str) -> DataLoader | None:
+    def _per_source(self, split: str) -> bool:
+        return self.eval_per_source and split != "train" and bool(self.source_names(split))
+
+    def _source_loaders(self, split: str) -> list[DataLoader]:
+        """One loader per source of an evaluation split of Sources, in order (those without
+        records left out, with a warning)."""
+        self._index(split)
+        loaders = []
+        for k, m in enumerate(self.mixes[split]):
+            if m.records:
+                loaders.append(self.make_loader(split, source=k))
+            else:
+                rank_zero_warn(f"{split}_files: source {m.source.label!r} holds no records.")
+        return loaders
+
+    def make_loader(self, split: str, source: int | None = None) -> DataLoader | None:
         """Builds the loader of a split: a :class:`StreamLoader` over :meth:`make_stream` with
         the resolved settings; or a plain DataLoader over ``dataset_factory``'s dataset (None
-        when the factory has no such split)."""
+        when the factory has no such split). ``source``: one source of a split of Sources."""
         rank, world = self._rank_world()
         settings = self.loader_settings(split)
         # Advice that does not apply to this loader, silenced while Lightning checks it (and,
@@ -120,7 +149,7 @@ class StreamLoaders:
         else:
             # Our length is exact on every rank and worker count (Lightning cannot know that).
             advice.append((_ITERABLE_LEN, UserWarning))
-            stream = self.make_stream(split, rank, world)
+            stream = self.make_stream(split, rank, world, source)
             settings = self._settings[split] = gathered_prefetch(settings, stream, self)
             loader = StreamLoader(
                 stream, reuse_batch_memory=self.reuse_batch_memory, **settings.loader_kwargs()

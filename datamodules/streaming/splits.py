@@ -7,9 +7,10 @@ them once (record counts and seek offsets, cached on disk). A dataset index file
 counts and offsets without reading any shard. Under DDP, ``setup(stage)`` is collective, as
 the Trainer calls it on every rank: each shard is scanned by one rank and the results shared
 (:mod:`~datamodules.shards.shared_indexing`), and a remote index file is fetched once per node.
-A split given as a list of :class:`~datamodules.streaming.engine.mixing.Source` keeps, beside
-its flat shard list, each source's shards and its quota of records per epoch
-(:attr:`StreamSplits.mixes`).
+A split given as a list of :class:`~datamodules.Source` (each source's files may be shards,
+globs or dataset index files) keeps, beside its flat shard list, each source's shards
+(:attr:`StreamSplits.mixes`) and its :class:`~datamodules.core.mixture.Mixture`: the records
+each source gives per epoch (:meth:`StreamSplits.quotas`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from datamodules.core.mixture import MixEntry, Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
@@ -34,7 +36,7 @@ from datamodules.shards.shared_indexing import (
     process_group,
     read_index_file,
 )
-from datamodules.streaming.engine.mixing import Source, StreamSource, quotas
+from datamodules.streaming.engine.mixing import StreamSource
 
 __all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
 
@@ -52,20 +54,28 @@ class SplitSource:
     """One source of a mixed split, once indexed.
 
     Attributes:
-        source: The :class:`~datamodules.streaming.engine.mixing.Source` as given.
+        source: The :class:`~datamodules.Source` as given.
         shards: Positions of its shards in the split's shard list.
         records: Its records.
-        quota: Its records per epoch.
+        hidden: A source removed from the mix since the checkpoint this run resumed, read
+            only to end the epoch that checkpoint interrupted.
     """
 
     source: Source
     shards: tuple[int, ...]
     records: int
-    quota: int
+    hidden: bool = False
 
     def engine(self) -> StreamSource:
         """What the stream engine needs of it."""
-        return StreamSource(self.source.label, self.shards, self.quota)
+        return StreamSource(self.source.label, self.shards)
+
+    def entry(self, shards: ShardTable, weighted: bool) -> MixEntry:
+        """What a :class:`~datamodules.core.mixture.Mixture` needs of it."""
+        listing = [[shards.paths[k], shards.counts[k]] for k in self.shards]
+        s = self.source
+        weight, repeat = (s.weight, s.repeat) if weighted else (None, None)
+        return MixEntry(s.label, weight, repeat, self.records, listing, self.hidden)
 
 
 def _paths(part: Any) -> list[str]:
@@ -77,6 +87,8 @@ class StreamSplits:
 
     files: dict[str, Any]
     shards: dict[str, ShardTable]
+    mixes: dict[str, list[SplitSource]]
+    mixtures: dict[str, Mixture]
     skipped: Skipped
     #: True while ``setup(stage)`` runs: indexing may then be shared by the ranks.
     _collective = False
@@ -201,7 +213,7 @@ class StreamSplits:
                         )
                     owner[path] = source.label
             shards = self._index_parts([p for parts in listed for p in parts], name)
-            self.mixes[split] = self._mix(split, given, owned, shards)
+            self.mixes[split] = self._mix(given, owned, shards)
         else:
             shards = self._index_parts(self._list(given, name), name)
         self._check_columns(shards, name)
@@ -211,8 +223,12 @@ class StreamSplits:
                 raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
             rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
         self.shards[split] = shards
+        if split in self.mixes:
+            self._set_mixture(split)
         if split == "train":
             self.__dict__["_fingerprint_due"] = True  # (see fingerprint)
+            if self._mix_resume is not None:
+                self._apply_mix_resume()
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
@@ -231,17 +247,52 @@ class StreamSplits:
                 )
 
     def _mix(
-        self, split: str, given: list[Source], listed: list[list[str]], shards: ShardTable
+        self, given: list[Source], listed: list[list[str]], shards: ShardTable
     ) -> list[SplitSource]:
         position = {p: k for k, p in enumerate(shards.paths)}
         owned = [tuple(position[p] for p in paths) for paths in listed]
         records = [sum(shards.counts[k] for k in own) for own in owned]
-        # Evaluation splits read every source once.
-        quota = quotas(given, records, self.epoch_size) if split == "train" else records
-        return [
-            SplitSource(s, own, n, q)
-            for s, own, n, q in zip(given, owned, records, quota, strict=True)
-        ]
+        return [SplitSource(s, own, n) for s, own, n in zip(given, owned, records, strict=True)]
+
+    def _set_mixture(self, split: str) -> None:
+        """The split's :class:`~datamodules.core.mixture.Mixture` from its sources (evaluation
+        splits read every source once)."""
+        train = split == "train"
+        entries = [m.entry(self.shards[split], train) for m in self.mixes[split]]
+        self.mixtures[split] = Mixture(entries, self.epoch_size if train else None)
+        if train:
+            self._resumed_mixture = None
+
+    def mixture(self, split: str) -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of a split of Sources (None for
+        plain files): for ``"train"`` after a resume, the checkpoint's mix continued."""
+        self._index(split)
+        if split == "train" and self._resumed_mixture is not None:
+            return self._resumed_mixture
+        return self.mixtures.get(split)
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The records each source gives in ``epoch``, by source name (known before training:
+        weights or schedules, repeats, ``epoch_size``; evaluation splits read every source once).
+
+        Raises:
+            ValueError: The split is not a list of Sources.
+        """
+        mixture = self.mixture(split)
+        if mixture is None:
+            raise ValueError(
+                f"{split}_files is not a list of Sources: it has no quotas (its records per "
+                f"epoch: split_size({split!r}))."
+            )
+        return mixture.by_name(epoch)
+
+    def source_names(self, split: str) -> list[str]:
+        """The names of a split's Sources, in order (the order of the loaders with
+        ``eval_per_source=True``); empty for plain files."""
+        given = self.files[split]
+        if not given or not isinstance(given[0], Source):
+            return []
+        return [s.label for s in given]
 
     @property
     def fingerprint(self) -> str | None:
@@ -262,22 +313,37 @@ class StreamSplits:
         shards = self.shards.get("train")
         if not shards:
             return None
-        # The text of json.dumps([[path, count], ...] + [mix]), a million pairs in C loops.
-        pairs = map("[{}, {}]".format, map(encode_basestring_ascii, shards.paths), shards.counts)
-        text = "[" + ", ".join(pairs)
         mix = self.mixes.get("train")
-        if mix is not None:  # the quotas shape the epochs as much as the shards do
-            text += ", " + json.dumps([[m.source.label, list(m.shards), m.quota] for m in mix])
-        return hashlib.sha1((text + "]").encode()).hexdigest()[:16]
+        if mix is not None:  # each source's shards; a resume checks them source by source
+            paths, counts = shards.paths, shards.counts
+            listing = [
+                [m.source.label, [[paths[k], counts[k]] for k in m.shards]]
+                for m in mix
+                if not m.hidden
+            ]
+            return "mix-" + hashlib.sha1(json.dumps(listing).encode()).hexdigest()[:12]
+        # The text of json.dumps([[path, count], ...]), a million pairs in C loops.
+        pairs = map("[{}, {}]".format, map(encode_basestring_ascii, shards.paths), shards.counts)
+        return hashlib.sha1(("[" + ", ".join(pairs) + "]").encode()).hexdigest()[:16]
+
+    def _current_epoch(self) -> int:
+        stream = getattr(self, "_train_stream", None)
+        if stream is not None:
+            return int(stream.epoch)
+        trainer = self._trainer()
+        return 0 if trainer is None else int(trainer.current_epoch)
 
     def split_size(self, split: str) -> int:
         """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
-        shards' records, or for mixed sources the sum of their quotas; indexes it."""
+        shards' records, or for mixed sources the sum of their quotas (train: in the current
+        epoch); indexes it."""
         if self.dataset_factory is not None:
             raise TypeError("the size of a dataset_factory split is not known in advance.")
         shards = self._index(split)
-        mix = self.mixes.get(split)
-        return sum(m.quota for m in mix) if mix is not None else sum(shards.counts)
+        mixture = self.mixture(split)
+        if mixture is None:
+            return sum(shards.counts)
+        return mixture.total(self._current_epoch() if split == "train" else 0)
 
     def _has(self, split: str) -> bool:
         if self.dataset_factory is not None:

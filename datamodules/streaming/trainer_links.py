@@ -2,8 +2,9 @@
 
 * :class:`ConsumedBatches`: the batches of this epoch the Trainer consumed (what a checkpoint
   saves as the stream's position).
-* :class:`ResumedEpochEnd`: after an epoch resumed on another layout, has the Trainer measure
-  the train loader again (a fresh epoch's length differs from the resumed one's).
+* :class:`ResumedEpochEnd`: after an epoch resumed on another layout (or the last epoch of a
+  mix changed on resume), has the Trainer measure the train loader again (a fresh epoch's
+  length differs from the resumed one's).
 * :func:`restored_inside_finished_epoch` and :class:`TrainerLength`: a checkpoint taken at
   the last batch of such an epoch, which the Trainer would resume as not finished yet.
 """
@@ -46,7 +47,8 @@ class ResumedEpochEnd:
     def __call__(self) -> None:
         dm, stream = self._dm(), self._stream
         trainer = None if dm is None else dm._trainer()
-        if trainer is None or not stream._segments or len(stream) == stream._plan.nb:
+        # (an epoch resumed on another layout, or the last epoch of a changed mix)
+        if trainer is None or len(stream) == stream.plan_of(stream.epoch + 1).nb:
             return
         remeasure_train_loader(trainer)  # rebuilt (and measured) at the next epoch
 

@@ -25,6 +25,7 @@ from datamodules.core.samplers import current_rank_and_world
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
+from datamodules.text.blends import check_blend
 from datamodules.text.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
@@ -123,7 +124,9 @@ class TextCorpus:
         self.remote = check_remote_options(storage_options, retries, timeout)
         save_without_credentials(self, storage_options)
         self.files = {
-            s: None if v is None else check_file_argument(v, SPLIT_FILES[s])
+            s: None
+            if v is None
+            else check_blend(v, SPLIT_FILES[s]) or check_file_argument(v, SPLIT_FILES[s])
             for s, v in files.items()
         }
         self.train_files, self.val_files, self.test_files = (self.files[s] for s in SPLIT_FILES)
@@ -151,11 +154,12 @@ class TextCorpus:
     def _check_token_file_arguments(
         self, token_files: Any, dtype: Any, eos_id: Any, vocab_size: Any
     ) -> None:
-        self.token_files = check_path(
+        blend = None if token_files is None else check_blend(token_files, "token_files")
+        self.token_files = blend or check_path(
             token_files,
             "token_files",
             "the path of one Megatron dataset prefix (.bin + .idx) or one flat token file "
-            "(.bin / .npy)",
+            "(.bin / .npy), or a list of Sources of them",
             allow_none=True,
         )
         if dtype is not None and str(dtype) not in FLAT_DTYPES:
@@ -180,8 +184,11 @@ class TextCorpus:
         return not isinstance(self.tokenizer, str) and self.token_cache is not False
 
     def corpus_of(self, split: str) -> Any:
-        """The mapped corpus of ``split`` (a store or token file), or None when it is read into
-        memory (or the split has no input of its own)."""
+        """The mapped corpus of ``split`` (a store or token file, or a blend of them), or None
+        when it is read into memory (or the split has no input of its own)."""
+        blend = self.blend_corpus(split)
+        if blend is not None:
+            return blend
         if split == "train":
             if self.token_files is not None:
                 return read_token_files(

@@ -32,26 +32,21 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
-from datamodules.core.samplers import IndexBatchSampler
-from datamodules.core.views import SplitView
+from datamodules.core.mixture import Source
 from datamodules.text.arguments import check_text_arguments
+from datamodules.text.blends import TextBlends, blend_parts
 from datamodules.text.corpus import TextCorpus
-from datamodules.text.encoding import EncodedTexts, TextBatchView
+from datamodules.text.encoding import EncodedTexts
 from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import TextLabels
-from datamodules.text.packing import (
-    PackedRowSampler,
-    PackedTextView,
-    PackPlanner,
-    check_packable,
-)
+from datamodules.text.packing import PackPlanner, check_packable
 from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.token_checks import check_vocab
 from datamodules.text.token_files import TokenFile
+from datamodules.text.views import TextViews
 from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
@@ -65,9 +60,10 @@ from datamodules.text.vocab import (
 __all__ = ["TextDataModule", "Tokenizer"]
 
 Tokenizer = str | Callable[[str], Sequence[int]] | Any
+Files = Sequence[Source] | str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
-class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
+class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspection, BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -106,7 +102,8 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         train_file: A path or URL, a glob, a directory, or a list of them, instead of
             ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
             optionally ``.gz`` / ``.zst``) and ``.parquet`` / ``.pq``, read through the shard
-            layer (see :mod:`datamodules.text.inputs`).
+            layer (see :mod:`datamodules.text.inputs`); or a blend, a list of
+            :class:`~datamodules.Source` (:mod:`datamodules.text.blends`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
@@ -116,7 +113,10 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         token_files: Instead of texts, a pre-tokenized corpus, mapped as it is: a Megatron-LM
             indexed dataset (a path prefix with ``.bin`` + ``.idx``), or a flat token file
             (``.bin`` / ``.npy``, nanoGPT style) split into documents at ``eos_id``
-            (:mod:`datamodules.text.token_files`).
+            (:mod:`datamodules.text.token_files`); or a blend: a list of Sources.
+        epoch_size: With a weighted train blend: units per epoch (packed rows with
+            ``packing=True``, else documents), split by weight (default: all its units).
+        eval_per_source: With a blended validation (test) split: one loader per source.
         dtype: The token dtype of a flat ``.bin`` (default ``"uint16"``, nanoGPT's).
         eos_id: The end-of-text id that ends each document of a flat token file.
         vocab_size: The vocabulary size when no tokenizer says it (token files).
@@ -173,12 +173,14 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         texts: Sequence[str] | Any | None = None,
         labels: Sequence[int | str] | None = None,
         *,
-        train_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-        val_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-        test_file: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+        train_file: Files = None,
+        val_file: Files = None,
+        test_file: Files = None,
         text_key: str = "text",
         label_key: str | None = None,
-        token_files: str | os.PathLike | None = None,
+        token_files: Sequence[Source] | str | os.PathLike | None = None,
+        epoch_size: int | None = None,
+        eval_per_source: bool = False,
         dtype: str | None = None,
         eos_id: int | None = None,
         vocab_size: int | None = None,
@@ -266,6 +268,7 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         )
         self.padding_side, self.pad_to_multiple_of = padding_side, pad_to_multiple_of
         self.batch_by, self.max_tokens = batch_by, max_tokens
+        self.init_blends(epoch_size, eval_per_source)
         self.bucket, self.eval_bucket, self.pool_batches = bucket, eval_bucket, pool_batches
         if pad_id is None:
             pad_id = PAD_ID if isinstance(tokenizer, str) else tokenizer_pad_id(tokenizer)
@@ -322,10 +325,7 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         super().setup(stage)
         if self._sources:
             return
-        sources: list[TextRecords] = []
-        for records in self.split_datasets.values():
-            if all(records is not s for s in sources):
-                sources.append(records)
+        sources: list[TextRecords] = blend_parts(self.split_datasets.values())
         self._encode_labels(sources, self._pending_label_names)
         if isinstance(self.tokenizer, str):
             if self._pending_vocab is not None:
@@ -379,59 +379,6 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
                 f"lowercase={self.lowercase}: use the checkpoint's settings."
             )
         return vocab
-
-    # ------------------------------------------------------------------ loaders
-    def planner(self, split: str) -> PackPlanner:
-        """The pack planner of a split (``packing=True``): its rows for every epoch."""
-        indices = self._require_setup()[split]
-        if split not in self._planners:
-            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
-            shuffle = self.shuffle and split == "train"
-            self._planners[split] = PackPlanner(
-                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
-            )
-        return self._planners[split]
-
-    def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
-        if self.packing:
-            planner = self.planner(split)
-            return PackedTextView(
-                dataset.encoded, indices, self.transform_for(split), planner, self.pad_id
-            )
-        return TextBatchView(
-            dataset.encoded,
-            indices,
-            self.transform_for(split),
-            self.pad_id,
-            self.padding_side,
-            self.pad_to_multiple_of,
-        )
-
-    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
-        train = split == "train"
-        if isinstance(view, PackedTextView):
-            return PackedRowSampler(
-                view.planner,
-                self.batch_size,
-                drop_last=self.drop_last and train,
-                num_replicas=world,
-                rank=rank,
-            )
-        assert isinstance(view, TextBatchView)
-        return BucketBatchSampler(
-            view.lengths,
-            self.batch_size if self.batch_by == "samples" else None,
-            batch_by=self.batch_by,
-            max_tokens=self.max_tokens,
-            bucket=self.bucket if train else self.eval_bucket,
-            pool_batches=self.pool_batches,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            shuffle=self.shuffle and train,
-            drop_last=self.drop_last and train,
-            seed=self.shuffle_seed,
-            num_replicas=world,
-            rank=rank,
-        )
 
     # ------------------------------------------------------------------ inspection
     def encode(self, text: str) -> list[int]:

@@ -3,8 +3,8 @@ checkpoint through the real Trainer that a process which never imports this libr
 ``torch.load(weights_only=True)``; ``load_from_checkpoint`` rebuilds an equal module that
 resumes where the checkpoint stopped, and ``Trainer.fit(ckpt_path=...)`` resumes exactly.
 
-A mixed-source stream (weighted Sources) resumes exactly with 1 and 2 workers, each source
-keeping its quota over the two runs.
+A mixed-source stream (Sources, one with a weight schedule) resumes exactly with 1 and 2 workers,
+each source keeping its quotas over the two runs.
 """
 
 from __future__ import annotations
@@ -291,12 +291,16 @@ def stream_case(tmp_path: Path, workers: int) -> RichCase:
     options = {"anon": False, "key": "AKIA-example", "secret": "never-in-a-checkpoint"}
 
     def quotas_kept(dm: BaseDataModule, saved: dict[str, Any]) -> None:
-        assert [m.quota for m in dm.mixes["train"]] == [48, 16]
+        assert [dm.quotas(e) for e in (0, 1)] == [{"web": 48, "code": 16}, {"web": 32, "code": 32}]
+        assert saved["hparams"]["train_files"][0]["weight"] == [[0, 3], [1, 1]]
         assert "never-in-a-checkpoint" not in json.dumps(saved)
 
     return RichCase(
         make=lambda: StreamingDataModule(
-            [Source(web, weight=3, name="web"), Source([code], weight=1, name="code")],
+            [
+                Source(web, weight=[[0, 3], [1, 1]], name="web"),
+                Source([code], weight=1, name="code"),
+            ],
             epoch_size=64,
             source_key="source",
             columns=("id", "x"),
@@ -403,12 +407,13 @@ def test_checkpoint_is_plain_data_and_rebuilds_and_resumes(name: str, tmp_path: 
 
 def test_a_mixed_stream_keeps_its_quotas_across_a_resume(tmp_path: Path) -> None:
     # Resumed in epoch 0 and in epoch 1, each run of an epoch is the uninterrupted run's rest,
-    # so every epoch over both runs holds each of its records once: 48 web + 16 code.
+    # so every epoch over both runs holds each of its records once: 48 web + 16 code, then (the
+    # schedule) 32 + 32.
     case = stream_case(tmp_path, 2)
     reference = assert_resume_mid_epoch_is_exact(
         case.make, case.batch_ids, tmp_path / "ckpt", steps=lambda n: (3, n + 2)
     )
     epochs = [[i for batch in epoch for i in batch] for epoch in reference]
-    for ids in epochs:
-        assert Counter("code" if i >= 100 else "web" for i in ids) == {"web": 48, "code": 16}
+    for ids, quota in zip(epochs, ({"web": 48, "code": 16}, {"web": 32, "code": 32}), strict=True):
+        assert Counter("code" if i >= 100 else "web" for i in ids) == quota
     assert len(set(epochs[0])) == 64  # epoch 0 is within each source's first pass

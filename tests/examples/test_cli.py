@@ -168,7 +168,7 @@ def test_the_docs_mixed_remote_cached_config_parses(
     assert isinstance(dm, StreamingDataModule)
     assert dm.files["train"] == [
         Source("s3://corpus/web/*.jsonl", weight=7, name="web"),
-        Source("s3://corpus/code/*.parquet", weight=2, name="code"),
+        Source("s3://corpus/code/*.parquet", weight=[[0, 2], [10, 4]], name="code"),
         Source("s3://corpus/books/", weight=1, name="books"),
     ]
     assert [s.name for s in dm.files["val"]] == ["web", "code"]

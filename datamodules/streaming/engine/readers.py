@@ -6,6 +6,10 @@
   shard is checked, as it is opened, to be the version its index describes
   (:mod:`datamodules.remote.versions`): a changed one raises, naming it, never read wrongly.
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
+
+A mixed stream sets ``continues`` on its reader: local shards are then read through
+:class:`~datamodules.streaming.engine.continued.OpenReads`, so the next chunk of a shard
+continues the read where the previous one stopped instead of seeking again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from datamodules.remote.versions import (
 from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.index import ShardIndex, trusted_index_file
 from datamodules.shards.records import read_blocks, read_records
+from datamodules.streaming.engine.continued import OpenReads
 
 __all__ = ["Reader", "ShardReader", "SliceReader"]
 
@@ -78,6 +83,11 @@ class ShardReader:
         self.prefetch_shards = prefetch_shards
         self._prefetcher: Prefetcher | None = None
         self._plan: list[str] = []
+        #: Continue a local shard's read where the previous range stopped (set by a mixed
+        #: stream, which reads shards in chunks).
+        self.continues = False
+        self._open = OpenReads()
+        self._extents: dict[str, list[tuple[int, int]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -137,12 +147,35 @@ class ShardReader:
 
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
         """The records ``[start, stop)`` of a shard."""
+        if self.continues and not is_remote(path):
+            bound = self._bound(path, start, stop)
+            read = lambda: self._read(read_records, path, start, bound)  # noqa: E731
+            return self._open.records(path, start, stop, bound, read)
         return self._read(read_records, path, start, stop)
 
     def blocks(self, path: str, start: int, stop: int) -> Iterator[tuple[Any, list[Any] | None]]:
         """The same records as blocks of columns (Parquet, JSONL; see
         :func:`~datamodules.shards.records.read_blocks`)."""
+        if self.continues and not is_remote(path):
+            bound = self._bound(path, start, stop)
+            read = lambda: self._read(read_blocks, path, start, bound)  # noqa: E731
+            return self._open.blocks(path, start, stop, bound, read)
         return self._read(read_blocks, path, start, stop)
+
+    def expect(self, extents: dict[str, list[tuple[int, int]]]) -> None:
+        """Tells a continuing reader the ranges of each shard it will read in turn (the
+        worker's pieces, joined where one starts at the previous one's end), so that a read
+        continued stops at its range's end instead of reading ahead to the shard's."""
+        self._extents = extents
+
+    def _bound(self, path: str, start: int, stop: int) -> int:
+        """Where a read from ``start`` may go on to: the end of the expected range holding
+        ``[start, stop)``, else of the shard (at least ``stop``)."""
+        for first, last in self._extents.get(path, ()):
+            if first <= start and stop <= last:
+                return last
+        index = self.index_of(path)
+        return max(stop, index.count) if index is not None else stop
 
     def _read(self, read: Callable[..., Iterator[Any]], path: str, start: int, stop: int):
         index = self.index_of(path)

@@ -57,6 +57,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from datamodules.core.checks import check_int, check_on_error
 from datamodules.core.elastic import Segment
 from datamodules.core.loaders import passthrough
+from datamodules.core.mixture import Mixture
 from datamodules.shards.errors import RecordError
 from datamodules.shards.index import ShardIndex
 from datamodules.streaming.engine.columnar import ColumnarReading
@@ -70,7 +71,8 @@ from datamodules.streaming.engine.failures import (
 )
 from datamodules.streaming.engine.layout import Plan, order_pieces, worker_done
 from datamodules.streaming.engine.messages import messages
-from datamodules.streaming.engine.mixing import StreamSource, check_stream_sources, epoch_pieces
+from datamodules.streaming.engine.mixed import MixedStream
+from datamodules.streaming.engine.mixing import StreamSource, check_stream_sources
 from datamodules.streaming.engine.position import StreamPosition
 from datamodules.streaming.engine.readers import Reader, ShardReader
 from datamodules.streaming.engine.remainder import RemainingSequence, remaining_sequence
@@ -79,7 +81,7 @@ from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_buffer
 __all__ = ["ShardedStream"]
 
 
-class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
+class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDataset):
     """Streams collated batches from shards; exactly once per epoch over ranks x workers.
 
     Args:
@@ -104,6 +106,9 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
             each a :class:`~datamodules.streaming.engine.mixing.StreamSource` naming its shards (by
             position in ``shards``) and its quota of records per epoch. None: every shard once
             per epoch.
+        mix: With ``sources``: a :class:`~datamodules.core.mixture.Mixture` that says each
+            source's quota and position per epoch (weight schedules, a changed mix on resume)
+            instead of the sources' fixed quotas.
         source_key: With ``sources``, each (dict) record gets its source's name in this field.
         columnar: Read Parquet and JSONL shards as blocks of columns and gather each batch
             by field (:mod:`~datamodules.streaming.engine.columnar`): the batches of
@@ -133,6 +138,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         sources: Sequence[StreamSource] | None = None,
         source_key: str | None = None,
         columnar: bool = False,
+        mix: Mixture | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = check_int(batch_size, "batch_size", 1)
@@ -176,10 +182,9 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         self.columnar = bool(columnar)
         if self.sources is not None:
             check_stream_sources(self.sources, len(self.paths))
-        self.num_records = (
-            sum(s.quota for s in self.sources) if self.sources is not None else sum(self.counts)
-        )
-        self._plan = Plan.make(self.num_records, self.world_size, self.batch_size, self.drop_last)
+            if hasattr(self.reader, "continues"):  # it reads shards in chunks: continue them
+                self.reader.continues = True
+        self._init_mix(mix)
         self.num_padded, self.num_dropped = self._plan.padded, self._plan.dropped
         if self.num_padded:
             warnings.warn(
@@ -218,12 +223,12 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         the sequence is built only where a worker reads it
         (:mod:`~datamodules.streaming.engine.remainder`)."""
         if not segments:
-            return None, self._plan
+            return None, self.plan_of(epoch)
         key = (epoch, segments)
         if self._cache is None or self._cache[0] != key:
             size = self.shuffle_buffer if self.shuffle else 0
             seq = remaining_sequence(
-                self.num_records, self.seed, epoch, size, self.drop_last, segments
+                self.records_of(epoch), self.seed, epoch, size, self.drop_last, segments
             )
             plan = Plan.make(len(seq), self.world_size, self.batch_size, self.drop_last)
             self._cache = (key, seq, plan)
@@ -238,12 +243,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
                 random.Random(f"{self.seed}:{epoch}:shards").shuffle(order)
             pieces = [(k, 0, self.counts[k], -1) for k in order]
         else:
-            counts = [[self.counts[k] for k in s.shards] for s in self.sources]
-            quota = [s.quota for s in self.sources]
-            pieces = [
-                (self.sources[p.source].shards[p.shard], p.start, p.stop, p.source)
-                for p in epoch_pieces(counts, quota, self.seed, epoch, self.shuffle)
-            ]
+            pieces = self._mixed_order(epoch)
         cum = [0]
         for _, start, stop, _ in pieces:
             cum.append(cum[-1] + stop - start)
@@ -350,6 +350,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         order, cum = self._order(epoch)
         if seq is None:
             self._plan_reads(order, cum, span.base + np.arange(span.n))
+            self._expect_reads(order, cum, span.base, span.base + span.n)
 
             def read_from(i: int) -> Iterator[Any]:
                 return self._read(order, cum, span.base + i, span.base + span.n)

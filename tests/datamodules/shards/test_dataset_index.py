@@ -219,7 +219,7 @@ def test_sources_and_plain_files_mix_with_indexes(tmp_path: Path) -> None:
         epoch_size=20,
     )
     dm.setup("fit")
-    assert [m.quota for m in dm.mixes["train"]] == [10, 10]
+    assert dm.quotas(0) == {"a": 10, "b": 10}
     got = ids(dm)
     assert len(got) == 20 and len({i for i in got if i < 100}) == 10
     listed = make([str(tmp_path / "a" / "shard.index.json"), *extra], tmp_path)

@@ -63,7 +63,7 @@ def epoch_ids(dm: StreamingDataModule, world: int, workers: int, epoch: int) -> 
 def test_weighted_quotas_are_exact_across_ranks_and_workers(folders) -> None:
     dm = make(folders, epoch_size=80)  # 3:1 -> 60 web, 20 code per epoch
     dm.setup("fit")
-    assert [m.quota for m in dm.mixes["train"]] == [60, 20]
+    assert dm.quotas(0) == {"web": 60, "code": 20}
     code_seen = []
     for epoch in range(3):
         ids = epoch_ids(dm, world=2, workers=2, epoch=epoch)
@@ -181,14 +181,18 @@ def test_bad_mixes_fail_early_naming_the_sources(folders) -> None:
         dm.setup("fit")
 
 
-def test_a_resume_with_other_quotas_is_refused(folders) -> None:
+def test_a_resume_with_other_quotas_is_accepted_other_files_are_not(folders) -> None:
     dm = make(folders, epoch_size=80)
-    dm.setup("fit")
-    state = dm.state_dict()
-    other = make(folders, epoch_size=60)
+    stream = dm.make_stream("train", 0, 1)
+    loader = StreamLoader(stream, num_workers=0)
+    next(iter(loader))
+    state = {**dm.state_dict(), "train_stream": loader.state_dict()}
+    other = make(folders, epoch_size=60)  # other quotas: accepted, from the next epoch
     other.setup("fit")
-    with pytest.raises(ValueError, match=r"the checkpoint's train shards \(fingerprint"):
-        other.load_state_dict(state)
-    same = make(folders, epoch_size=80)
-    same.setup("fit")
-    same.load_state_dict(state)  # the same sources and quotas resume
+    other.load_state_dict(state)
+    assert other.quotas(0) == {"web": 60, "code": 20} and other.quotas(1) == {"web": 45, "code": 15}
+    (folders["code"] / "part-1.jsonl").write_text('{"id": 500, "x": [1]}\n')
+    moved = make(folders, epoch_size=80)
+    moved.setup("fit")
+    with pytest.raises(ValueError, match=r"source 'code' holds other data .*part-1\.jsonl"):
+        moved.load_state_dict(state)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.streaming.engine.mixing import Source, check_sources, epoch_pieces, quotas
+from datamodules.core.mixture import Source, check_sources, quotas
+from datamodules.streaming.engine.mixing import epoch_pieces
 
 
 def record_ids(pieces, counts) -> list[tuple[int, int]]:
@@ -50,7 +51,14 @@ def test_bad_mixes_name_the_sources(sources, match) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"weight": 0}, ValueError, r"weight=0 is not accepted: use a number > 0"),
+        ({"weight": -1}, ValueError, r"weight=-1 is not accepted: use a number >= 0 or a sche"),
+        ({"weight": float("nan")}, ValueError, r"weight=nan is not accepted: use a number >= 0"),
+        ({"weight": [[0, 1], [0, 2]]}, ValueError, r"the epochs of a schedule must increase"),
+        ({"weight": [[0, -1]]}, ValueError, r"weight=\[\[0, -1\]\] is not accepted"),
+        ({"weight": [[0, 1, 2]]}, ValueError, r"is not accepted: use a number >= 0 or a sche"),
+        ({"weight": []}, ValueError, r"weight=\[\] is not accepted: use a number >= 0 or a sc"),
+        ({"weight": [[0, "1"]]}, TypeError, r"weight=\[\[0, '1'\]\] is not accepted"),
+        ({"weight": True}, TypeError, r"weight=True is not accepted"),
         ({"repeat": -1}, ValueError, r"repeat=-1 is not accepted: use a number >= 0"),
         ({"weight": 1, "repeat": 1}, ValueError, r"give one of them"),
         ({"weight": "7"}, TypeError, r"weight='7' is not accepted"),
@@ -61,6 +69,14 @@ def test_bad_mixes_name_the_sources(sources, match) -> None:
 def test_bad_sources_raise_naming_the_argument(kwargs, error, match) -> None:
     with pytest.raises(error, match=match):
         Source("data/", **kwargs)
+
+
+def test_a_weight_of_0_leaves_a_source_out_but_not_every_source() -> None:
+    # (main refused weight=0; a weight of 0 in some or all epochs is part of the mixtures
+    # contract, and an epoch whose weights are all 0 is what is refused)
+    assert quotas([Source("a", weight=0), Source("b", weight=1)], [5, 5], None) == [0, 10]
+    with pytest.raises(ValueError, match="every source's weight is 0 in epoch 0"):
+        check_sources([Source("a", weight=0), Source("b", weight=0)], "train_files")
 
 
 def test_epoch_size_needs_weights() -> None:
@@ -78,7 +94,8 @@ def test_quotas_are_exact_and_passes_never_repeat_a_record_early(counts, data) -
     quota = [data.draw(st.integers(0, 3 * n)) if n else 0 for n in sizes]
     seen: list[list[int]] = [[] for _ in counts]
     for epoch in range(4):
-        pieces = epoch_pieces(counts, quota, seed=7, epoch=epoch)
+        plan = [(s, epoch * q, q) for s, q in enumerate(quota)]
+        pieces = epoch_pieces(counts, plan, seed=7, epoch=epoch)
         ids = record_ids(pieces, counts)
         assert Counter(s for s, _ in ids) == Counter({s: q for s, q in enumerate(quota) if q})
         for s, i in ids:
@@ -96,7 +113,13 @@ def test_a_downsampled_source_continues_where_it_stopped() -> None:
     counts = [[30, 20], [10]]
     quota = [20, 10]  # source 0: 20 of its 50 records per epoch
     epochs = [
-        [i for s, i in record_ids(epoch_pieces(counts, quota, 3, e), counts) if s == 0]
+        [
+            i
+            for s, i in record_ids(
+                epoch_pieces(counts, [(k, e * q, q) for k, q in enumerate(quota)], 3, e), counts
+            )
+            if s == 0
+        ]
         for e in range(5)
     ]
     assert sorted(epochs[0] + epochs[1] + epochs[2][:10]) == list(range(50))  # one pass first
@@ -105,11 +128,12 @@ def test_a_downsampled_source_continues_where_it_stopped() -> None:
 
 def test_sources_interleave_and_the_order_is_seeded() -> None:
     counts = [[2000], [2000]]
-    pieces = epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, chunk=100)
+    plan = [(0, 0, 2000), (1, 0, 2000)]
+    pieces = epoch_pieces(counts, plan, seed=1, epoch=0, chunk=100)
     sources = [p.source for p in pieces]
     switches = sum(1 for a, b in zip(sources, sources[1:], strict=False) if a != b)
     assert switches >= 10  # interleaved, not one source after the other
-    assert pieces == epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, chunk=100)
-    assert pieces != epoch_pieces(counts, [2000, 2000], seed=1, epoch=1, chunk=100)
-    plain = epoch_pieces(counts, [2000, 2000], seed=1, epoch=0, shuffle=False)
+    assert pieces == epoch_pieces(counts, plan, seed=1, epoch=0, chunk=100)
+    assert pieces != epoch_pieces(counts, plan, seed=1, epoch=1, chunk=100)
+    plain = epoch_pieces(counts, plan, seed=1, epoch=0, shuffle=False)
     assert [(p.source, p.start, p.stop) for p in plain] == [(0, 0, 2000), (1, 0, 2000)]

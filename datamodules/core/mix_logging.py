@@ -1,0 +1,40 @@
+"""Each train epoch's mix, logged to every Trainer logger as ``mix/<name>``.
+
+:class:`MixLogging` is mixed into the DataModules that mix sources (streams and text). At the
+first train batch of each epoch (the DataModule's ``on_before_batch_transfer`` hook, which
+Lightning calls for every batch) it logs the epoch's quotas, ``dm.quotas(epoch)``, one metric
+per source, at the Trainer's global step: a run's logs then show how its mix moved over
+training, next to the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MixLogging", "log_quotas"]
+
+
+def log_quotas(trainer: Any, quotas: dict[str, int]) -> None:
+    """Logs ``{name: quota}`` to every logger of ``trainer`` as ``mix/<name>`` (loggers write
+    on rank 0 only)."""
+    metrics = {f"mix/{name}": float(q) for name, q in quotas.items()}
+    for logger in getattr(trainer, "loggers", ()):
+        logger.log_metrics(metrics, step=int(trainer.global_step))
+
+
+class MixLogging:
+    """Logs the train mix at the start of every epoch (a DataModule mixin; the DataModule
+    provides ``mixture(split)`` and ``quotas(epoch)``)."""
+
+    _mix_logged: int | None
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs the epoch's quotas at its first train batch, then hands the batch on."""
+        trainer = self._trainer()  # type: ignore[attr-defined]
+        if trainer is not None and trainer.training:
+            epoch = int(trainer.current_epoch)
+            if self._mix_logged != epoch:
+                self._mix_logged = epoch
+                if self.mixture("train") is not None:  # type: ignore[attr-defined]
+                    log_quotas(trainer, self.quotas(epoch))  # type: ignore[attr-defined]
+        return super().on_before_batch_transfer(batch, dataloader_idx)  # type: ignore[misc]

@@ -1,0 +1,89 @@
+"""The views and batch samplers of TextDataModule's splits: padded documents, packed rows, or a
+blend of sources.
+
+:class:`TextViews` is mixed into :class:`~datamodules.TextDataModule`: it says, per split, what
+the loader's dataset is (:meth:`TextViews.make_view`: a
+:class:`~datamodules.text.encoding.TextBatchView` of padded documents, a
+:class:`~datamodules.text.packing.PackedTextView` of packed rows, or a blend's view from
+:mod:`datamodules.text.blends`) and which batch sampler draws from it
+(:meth:`TextViews.make_sampler`: length buckets, packed rows, or a blend's quotas).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.views import SplitView
+from datamodules.text.encoding import TextBatchView
+from datamodules.text.mixture import BlendCorpus
+from datamodules.text.packing import PackedRowSampler, PackedTextView, PackPlanner
+from datamodules.text.readers import TextRecords
+
+__all__ = ["TextViews"]
+
+
+class TextViews:
+    """The loader side of :class:`~datamodules.TextDataModule` (a mixin): views and samplers."""
+
+    _planners: dict[str, PackPlanner]
+    split_datasets: dict[str, Any]
+
+    def planner(self, split: str) -> PackPlanner:
+        """The pack planner of a split (``packing=True``): its rows for every epoch."""
+        indices = self._require_setup()[split]
+        if split not in self._planners:
+            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
+            shuffle = self.shuffle and split == "train"
+            self._planners[split] = PackPlanner(
+                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
+            )
+        return self._planners[split]
+
+    def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
+        if isinstance(dataset, BlendCorpus):
+            return self.blend_view(split, dataset, indices)
+        if self.packing:
+            planner = self.planner(split)
+            return PackedTextView(
+                dataset.encoded, indices, self.transform_for(split), planner, self.pad_id
+            )
+        return TextBatchView(
+            dataset.encoded,
+            indices,
+            self.transform_for(split),
+            self.pad_id,
+            self.padding_side,
+            self.pad_to_multiple_of,
+        )
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        train = split == "train"
+        if hasattr(view, "mixture"):  # a blend (datamodules/text/mixture.py)
+            return self.blend_sampler(split, view, rank, world)
+        if isinstance(view, PackedTextView):
+            return PackedRowSampler(
+                view.planner,
+                self.batch_size,
+                drop_last=self.drop_last and train,
+                num_replicas=world,
+                rank=rank,
+            )
+        assert isinstance(view, TextBatchView)
+        return BucketBatchSampler(
+            view.lengths,
+            self.batch_size if self.batch_by == "samples" else None,
+            batch_by=self.batch_by,
+            max_tokens=self.max_tokens,
+            bucket=self.bucket if train else self.eval_bucket,
+            pool_batches=self.pool_batches,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            shuffle=self.shuffle and train,
+            drop_last=self.drop_last and train,
+            seed=self.shuffle_seed,
+            num_replicas=world,
+            rank=rank,
+        )
