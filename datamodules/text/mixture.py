@@ -250,16 +250,20 @@ class _MixedView(SplitView):
     def _build(self, epoch: int) -> Any:
         raise NotImplementedError
 
-    def _grouped(self, batch: torch.Tensor, unit_source: list[int]) -> tuple[int, list[int]]:
-        """The batch's epoch and its units grouped by source; tells the buffer the groups."""
+    def _grouped(self, batch: torch.Tensor) -> tuple[Any, list[int]]:
+        """The layout of the batch's epoch and its units grouped by source; tells the buffer
+        the groups. (One ``tolist`` per batch: indexing the tensor costs more than the
+        grouping.)"""
         ids = batch.tolist()
         if not ids:
             self.tokens.expect([(0, 0, 0)])
-            return 0, []
+            return self.layout(0), []
+        layout = self.layout(ids[0] >> EPOCH_SHIFT)
+        unit_source = layout[1]  # (table or documents, each unit's source, ...)
         rows = [i & UNIT_MASK for i in ids]
         rows, groups = _groups(rows, [unit_source[r] for r in rows])
         self.tokens.expect(groups)
-        return ids[0] >> EPOCH_SHIFT, rows
+        return layout, rows
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -307,8 +311,7 @@ class MixedPackedView(_MixedView):
     def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
         if isinstance(batch, list):  # several batches for one worker message
             return [self[b] for b in batch]
-        table, row_source = self.layout(int(batch[0]) >> EPOCH_SHIFT if len(batch) else 0)
-        _, rows = self._grouped(batch, row_source)
+        (table, _), rows = self._grouped(batch)
         out = gather_rows(self.tokens, table, rows, self.pad_id)  # type: ignore[arg-type]
         return self.transform(out) if self.transform is not None else out
 
@@ -344,8 +347,7 @@ class MixedDocView(_MixedView):
         return docs, cat(sources).tolist(), cat(labels) if self.labelled else None
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        docs, sources, labels = self.layout(int(batch[0]) >> EPOCH_SHIFT if len(batch) else 0)
-        _, rows = self._grouped(batch, sources)
+        (docs, _, labels), rows = self._grouped(batch)
         index = torch.tensor(rows, dtype=torch.int64)
         ids, mask, lengths = gather_padded(docs, index, self.pad_id, self.padding_side, self.pad_to)  # type: ignore[arg-type]
         out = {"input_ids": ids}
