@@ -14,8 +14,11 @@ views and the sampler. What this adds to the DataModule:
 
 Validation and test of a train blend come from ``val_split`` / ``test_split`` (documents of
 every source, drawn at random over the blend), each source read once, or from ``val_file`` /
-``test_file`` Sources. A blend resumes exactly (also on another world size) with the mix it
-was saved with; a changed mix is refused, naming what changed.
+``test_file`` Sources. A blend resumes exactly (also on another world size); a mix changed
+since the checkpoint (weights, schedules, ``epoch_size``, sources added or removed) ends the
+interrupted epoch as it was planned and applies from the next one
+(:mod:`datamodules.text.blend_resume`); the same source name over other data is refused,
+naming what changed.
 """
 
 from __future__ import annotations

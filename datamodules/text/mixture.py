@@ -18,7 +18,8 @@ A blend is what ``TextDataModule(token_files=[Source(...), ...])`` or ``train_fi
   a batch's rows come grouped by source, and each group is one slice of one buffer.
 * :class:`MixedSampler`: an :class:`~datamodules.core.samplers.IndexBatchSampler` over the
   epoch's units (ids ``epoch << 32 | unit``), so DDP-even batches, exact and elastic resume
-  are the core's.
+  are the core's; sized per epoch, since a mix changed on resume
+  (:mod:`datamodules.text.blend_resume`) can change the epoch's unit count.
 """
 
 from __future__ import annotations

@@ -81,11 +81,11 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
-def make(run: dict[str, Any], **weights: Any) -> TextDataModule:
+def make(run: dict[str, Any], workers: int = 0, **weights: Any) -> TextDataModule:
     """A blend of the named sources (in web, code, math order) with these weights."""
     sources = [Source(run["paths"][n], weight=w, name=n) for n, w in weights.items()]
     return TextDataModule(
-        token_files=sources, eos_id=0, vocab_size=6000, val_split=0, num_workers=0,
+        token_files=sources, eos_id=0, vocab_size=6000, val_split=0, num_workers=workers,
         packing=True, seq_length=32, batch_size=4,
     )  # fmt: skip
 
@@ -136,7 +136,7 @@ def test_a_source_added_starts_at_its_beginning(first_run, caplog) -> None:
 
 
 def test_a_source_removed_mid_epoch_ends_the_epoch_then_gives_nothing(first_run, caplog) -> None:
-    dm = make(first_run, web=1)
+    dm = make(first_run, workers=2, web=1)  # the workers' views read the removed source
     saving = ModelCheckpoint(dirpath=first_run["ckpt"].parent.parent / "removed", save_last=True)
     model = Recorder()
     with caplog.at_level("INFO", logger="datamodules"):
