@@ -203,3 +203,23 @@ def test_other_sources_with_a_random_val_split_are_refused(first_run) -> None:
     after.setup("fit")
     with pytest.raises(ValueError, match=r"sources added \(\['math'\]\) or removed \(\[\]\)"):
         after.load_state_dict(state)
+
+
+def test_a_checkpoint_at_the_end_of_the_held_epoch(first_run) -> None:
+    """Saved after the last batch of an epoch whose count differs from the next one's: the
+    restoring Trainer first sees the ended epoch's length, then the next epoch's."""
+    old = make(first_run, web=3, code=1)
+    old.setup("fit")
+    sampler = old.make_sampler("train", old.view("train"), 0, 1)
+    ended = len(list(sampler))
+    state = sampler.state_dict()
+    new = make(first_run, web=3, code=1, math=1)
+    new.setup("fit")
+    resumed = new.make_sampler("train", new.view("train"), 0, 1)
+    resumed.load_state_dict(state)
+    assert len(resumed) == ended  # what the Trainer compares its restored count with
+    resumed.ended_length = None  # (the loader clears it at the next epoch's second batch)
+    batches = list(resumed)
+    total = sum(new.quotas(1).values())
+    assert resumed.epoch == 1 and len(batches) == len(resumed) == math.ceil(total / 4)
+    assert by_source([units(new.view("train")[b]) for b in batches]) == new.quotas(1)
