@@ -45,10 +45,12 @@ __all__ = [
     "MixEntry",
     "Mixture",
     "Source",
+    "check_same_listing",
     "check_sources",
     "describe_weight",
     "largest_remainder",
     "quotas",
+    "resume_message",
     "schedule_lines",
     "weight_at",
 ]
@@ -94,6 +96,9 @@ class MixEntry:
             resume refuses the same name over another listing.
         hidden: Removed from the mix since a checkpoint: it gives nothing in fresh epochs
             and keeps its place in the state.
+        files: How to read it again, as plain data (a data kind whose listing does not say
+            it: e.g. a token source's files), kept in the state so that a source removed
+            since a checkpoint can end the epoch it interrupted; None: not kept.
     """
 
     name: str
@@ -102,6 +107,7 @@ class MixEntry:
     units: int
     listing: Any = None
     hidden: bool = False
+    files: Any = None
 
 
 class Mixture:
@@ -144,6 +150,8 @@ class Mixture:
         self.held = held
         #: The mixture this one resumed (None: a fresh one).
         self.base: Mixture | None = None
+        #: The checkpoint's mix state this one continues (None: a fresh one).
+        self.saved: Mapping[str, Any] | None = None
         self._quotas: dict[int, list[int]] = {}
         self._starts: dict[int, list[int]] = {}
         self._totals: dict[int, int] = {}
@@ -265,6 +273,8 @@ class Mixture:
                 "name": e.name, "weight": e.weight, "repeat": e.repeat, "units": e.units,
                 "listing": e.listing, "hidden": e.hidden, "start": starts[i], "quota": quota[i],
             })  # fmt: skip
+            if e.files is not None:
+                sources[-1]["files"] = e.files
         return {"epoch": epoch, "epoch_size": self.epoch_size, "sources": sources}
 
     def resumed(self, saved: Mapping[str, Any], interrupted: bool) -> Mixture:
@@ -289,7 +299,7 @@ class Mixture:
         for name, s in old.items():  # removed since: kept, hidden, to keep their place
             if name not in base.names:
                 entries.append(MixEntry(name, s["weight"], s["repeat"], int(s["units"]),
-                                        s.get("listing"), hidden=True))  # fmt: skip
+                                        s.get("listing"), True, s.get("files")))  # fmt: skip
         index = {e.name: i for i, e in enumerate(entries)}
         starts = [0] * len(entries)
         for name, s in old.items():
@@ -301,7 +311,7 @@ class Mixture:
                     [int(s["quota"]) for s in saved["sources"]])  # fmt: skip
         origin = epoch + 1 if interrupted else epoch
         out = Mixture(entries, base.epoch_size, origin=origin, starts=starts, held=held)
-        out.base = base
+        out.base, out.saved = base, saved
         return out
 
     def changes(self, saved: Mapping[str, Any]) -> list[str]:
@@ -328,6 +338,19 @@ class Mixture:
         if saved.get("epoch_size") != base.epoch_size:
             out.append(f"epoch_size {saved.get('epoch_size')} -> {base.epoch_size}")
         return out
+
+
+def resume_message(owner: str, changes: Sequence[str], epoch: int, interrupted: bool) -> str:
+    """What a DataModule says (on rank 0) when it resumes a changed train mix."""
+    when = (
+        f"epoch {epoch} ends as it was planned, the new mix applies from epoch {epoch + 1}"
+        if interrupted
+        else f"the new mix applies from epoch {epoch}, where the checkpoint stopped"
+    )
+    return (
+        f"{owner}: the train mix differs from the checkpoint's: {'; '.join(changes)}. "
+        f"{when[0].upper()}{when[1:]}; each source continues its run of passes where it stopped."
+    )
 
 
 def check_same_listing(name: str, before: Any, now: Any) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from datamodules.core.context import log
-from datamodules.core.mixture import Mixture, Source
+from datamodules.core.mixture import Mixture, Source, resume_message
 from datamodules.shards.dataset_index import ShardTable
 from datamodules.streaming.engine.mixed import interrupted
 from datamodules.streaming.splits import SplitSource
@@ -58,17 +58,7 @@ class StreamMixResume:
         self._resumed_mixture = resumed
         changes = base.changes(saved)
         if changes and self._rank_world()[0] == 0:
-            epoch = int(saved["epoch"])
-            when = (
-                f"epoch {epoch} ends as it was planned, the new mix applies from epoch {epoch + 1}"
-                if cut
-                else f"the new mix applies from epoch {epoch}, where the checkpoint stopped"
-            )
-            log.info(
-                f"{type(self).__name__}: the train mix differs from the checkpoint's: "
-                f"{'; '.join(changes)}. {when[0].upper()}{when[1:]}; each source continues "
-                "its run of passes where it stopped."
-            )
+            log.info(resume_message(type(self).__name__, changes, int(saved["epoch"]), cut))
 
     def _add_hidden(self, owing: list[dict[str, Any]], epoch: int) -> None:
         """Indexes sources removed since the checkpoint that still owe records to the epoch it

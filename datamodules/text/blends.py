@@ -14,8 +14,11 @@ views and the sampler. What this adds to the DataModule:
 
 Validation and test of a train blend come from ``val_split`` / ``test_split`` (documents of
 every source, drawn at random over the blend), each source read once, or from ``val_file`` /
-``test_file`` Sources. A blend resumes exactly (also on another world size) with the mix it
-was saved with; a changed mix is refused, naming what changed.
+``test_file`` Sources. A blend resumes exactly (also on another world size); a mix changed
+since the checkpoint (weights, schedules, ``epoch_size``, sources added or removed) ends the
+interrupted epoch as it was planned and applies from the next one
+(:mod:`datamodules.text.blend_resume`); the same source name over other data is refused,
+naming what changed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from datamodules.core.loaders import ResumableDataLoader
 from datamodules.core.mix_logging import MixLogging
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, schedule_lines
 from datamodules.core.summary import counted
+from datamodules.text.blend_resume import BlendResume, WeakResume, blend_listing
 from datamodules.text.inputs import find_files
 from datamodules.text.mixture import (
     BlendCorpus,
@@ -79,7 +83,7 @@ def check_blend(value: Any, name: str) -> list[Source] | None:
     return check_sources(items, name)
 
 
-class TextBlends(MixLogging):
+class TextBlends(BlendResume, MixLogging):
     """Blends of token sources in a TextDataModule (a mixin; see the module docstring)."""
 
     files: dict[str, Any]
@@ -130,18 +134,30 @@ class TextBlends(MixLogging):
         sources = self.blend_sources(split)
         if sources is None:
             return None
-        if split == "train" and isinstance(self.token_files, list):
-            parts = [
-                read_token_files(s.files, self.dtype, self.eos_id, self.declared_vocab_size)
-                for s in sources
-            ]
-        else:
-            name = _NAMES[split]
-            parts = [
-                self._file_store(find_files(s.paths, f"{name} ({s.label})", self.remote))
-                for s in sources
-            ]
+        parts = [self.read_blend_part(split, self.blend_files(split, s), s.label) for s in sources]
         return BlendCorpus(parts, [s.label for s in sources])
+
+    def blend_files(self, split: str, source: Source) -> Any:
+        """What :meth:`read_blend_part` reads for a source, as plain data (kept in the
+        checkpoint's mix, so that a source removed since can still be read)."""
+        if split == "train" and isinstance(self.token_files, list):
+            return source.files
+        return list(source.paths)
+
+    def read_blend_part(self, split: str, files: Any, name: str) -> Any:
+        """One source of a split's blend: a token file (``token_files``) or a store."""
+        if split == "train" and isinstance(self.token_files, list):
+            return read_token_files(files, self.dtype, self.eos_id, self.declared_vocab_size)
+        return self._file_store(find_files(files, f"{_NAMES[split]} ({name})", self.remote))
+
+    def blend_units(self, name: str, lengths: np.ndarray, shuffle: bool) -> BlendUnits:
+        """A source's units over its documents of a split (of ``lengths`` tokens)."""
+        planner = None
+        if self.packing:
+            planner = PackPlanner(
+                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
+            )
+        return BlendUnits(name, lengths, planner, shuffle, self.shuffle_seed)
 
     # ------------------------------------------------------------------ views and samplers
     def blend_view(self, split: str, blend: BlendCorpus, indices: torch.Tensor) -> Any:
@@ -149,24 +165,20 @@ class TextBlends(MixLogging):
         :mod:`datamodules.text.mixture`)."""
         shuffle = self.shuffle and split == "train"
         docs = blend.split(indices)
-        units = []
-        for part, name, mine in zip(blend.parts, blend.names, docs, strict=True):
-            lengths = part.encoded.lengths_np[mine]
-            planner = None
-            if self.packing:
-                planner = PackPlanner(
-                    lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
-                )
-            units.append(BlendUnits(name, lengths, planner, shuffle, self.shuffle_seed))
+        units = [
+            self.blend_units(name, part.encoded.lengths_np[mine], shuffle)
+            for part, name, mine in zip(blend.parts, blend.names, docs, strict=True)
+        ]
         train = split == "train" and self.blend_sources("train") is not None
         sources = self.blend_sources("train") if train else None
         entries = []
         for k, (part, unit) in enumerate(zip(blend.parts, units, strict=True)):
             weight = sources[k].weight if sources else None
             repeat = sources[k].repeat if sources else None
-            home = getattr(part, "path", None) or getattr(part, "name", None) or unit.name
-            listing = [[str(home), len(part), int(part.encoded.lengths_np.sum())]]
-            entries.append(MixEntry(unit.name, weight, repeat, unit.count, listing))
+            files = self.blend_files(split, sources[k]) if sources else None
+            entries.append(
+                MixEntry(unit.name, weight, repeat, unit.count, blend_listing(part), files=files)
+            )
         mixture = Mixture(entries, self.epoch_size if train else None)
         return self._mixed_view([p.encoded for p in blend.parts], docs, units, mixture, split)
 
@@ -191,6 +203,8 @@ class TextBlends(MixLogging):
             rank=rank,
         )
         sampler.unit = "row" if self.packing else "document"  # for summary()
+        if split == "train" and self.blend_sources("train") is not None:
+            sampler.resume = WeakResume(self._resume_blend)  # type: ignore[attr-defined]
         return sampler
 
     # ------------------------------------------------------------------ quotas and names
@@ -279,6 +293,13 @@ class TextBlends(MixLogging):
                 f"(epoch {epoch})"
             )
             for k, u in enumerate(view.units):
+                if view.mixture.entries[k].hidden:  # removed since a checkpoint
+                    if quota[u.name]:
+                        lines.append(
+                            f"    source {u.name!r}: removed, ends the epoch a checkpoint "
+                            f"interrupted: {quota[u.name]} {unit} this epoch"
+                        )
+                    continue
                 share = source[k].share() if source else "once"
                 lines.append(
                     f"    source {u.name!r}: {len(view.docs[k])} documents, {u.count} {unit} "

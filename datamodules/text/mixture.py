@@ -18,14 +18,15 @@ A blend is what ``TextDataModule(token_files=[Source(...), ...])`` or ``train_fi
   a batch's rows come grouped by source, and each group is one slice of one buffer.
 * :class:`MixedSampler`: an :class:`~datamodules.core.samplers.IndexBatchSampler` over the
   epoch's units (ids ``epoch << 32 | unit``), so DDP-even batches, exact and elastic resume
-  are the core's.
+  are the core's; sized per epoch, since a mix changed on resume
+  (:mod:`datamodules.text.blend_resume`) can change the epoch's unit count.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ __all__ = [
     "MixedSampler",
     "MultiBuffer",
     "blend_parts",
+    "interrupted",
 ]
 
 #: Unit ids carry their epoch in the high bits.
@@ -231,6 +233,17 @@ class _MixedView(SplitView):
         np.cumsum([len(d) for d in docs], out=self.doc_bases[1:])
         self._epochs: OrderedDict[int, Any] = OrderedDict()
 
+    def resume(
+        self, mixture: Mixture, encoded: list[Any], docs: list[np.ndarray], units: list[BlendUnits]
+    ) -> None:
+        """Reads ``mixture`` (a changed mix continued from a checkpoint) over these sources
+        (one per entry of it, in its order), from now on."""
+        self.encoded, self.docs, self.units, self.mixture = encoded, docs, units, mixture
+        self.doc_bases = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in docs], out=self.doc_bases[1:])
+        self._epochs.clear()
+        self._tokens = None
+
     def layout(self, epoch: int) -> Any:
         """The epoch's layout (built once per epoch and worker, two kept)."""
         cached = self._epochs.get(epoch)
@@ -359,8 +372,11 @@ class MixedDocView(_MixedView):
 
 class MixedSampler(IndexBatchSampler):
     """Batches of a blend's units: DDP-even, resumable and elastic as
-    :class:`~datamodules.core.samplers.IndexBatchSampler` is, over each epoch's units (the
-    same count every epoch: ``epoch_size``, or all the sources' units).
+    :class:`~datamodules.core.samplers.IndexBatchSampler` is, over each epoch's units.
+
+    The core sampler's size (``dataset_size``) is the unit count of the epoch it is about
+    to deal: the same every epoch for one mix (``epoch_size``, or all the sources' units),
+    but a mix changed on resume has the interrupted epoch's count, then the new mix's.
 
     Args:
         mixture: The blend's mixture.
@@ -373,15 +389,44 @@ class MixedSampler(IndexBatchSampler):
 
     def __init__(self, mixture: Mixture, batch_size: int, shuffle: bool, **kwargs: Any) -> None:
         self.mixture = mixture
+        #: ``(saved mix, interrupted) -> Mixture``: continues a checkpoint's changed mix
+        #: (the DataModule's, which also gives its views that mixture); None: refused.
+        self.resume: Callable[[dict[str, Any], bool], Mixture] | None = None
         super().__init__(mixture.total(0), batch_size, shuffle=shuffle, **kwargs)
+
+    def fit_epoch(self, epoch: int) -> None:
+        """Sizes the core sampler for ``epoch``'s units (a changed mix changes the count)."""
+        n = self.mixture.total(epoch)
+        if n != self.dataset_size:
+            self.dataset_size = n
+            self._configure_layout()
+
+    def __len__(self) -> int:
+        if self.ended_length is None and not self._elastic_pending():
+            self.fit_epoch(self.epoch)  # the epoch set, or the one being dealt
+        return super().__len__()
+
+    def epoch_length(self) -> int:
+        """Batches the next iteration's epoch counts on this rank (see the core's)."""
+        self.fit_epoch(self.next_epoch)
+        return super().epoch_length()
+
+    def batches(self, epoch: int) -> list[torch.Tensor]:
+        """This rank's batches of ``epoch``."""
+        self.fit_epoch(epoch)
+        return super().batches(epoch)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        self.fit_epoch(self.next_epoch)
+        return super().__iter__()
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The epoch's units (shuffled from ``seed + epoch`` when shuffling), each id carrying
         its epoch (``epoch << 32 | unit``): a schedule gives every epoch other units."""
-        n = self.dataset_size
-        if self.mixture.total(epoch) != n:
+        n = self.mixture.total(epoch)
+        if n != self.dataset_size:
             raise ValueError(
-                f"epoch {epoch} of the blend has {self.mixture.total(epoch)} units, not {n}."
+                f"epoch {epoch} of the blend has {n} units, the sampler {self.dataset_size}."
             )
         if not self.shuffle:
             return torch.arange(n, dtype=torch.int64) + (epoch << EPOCH_SHIFT)
@@ -395,21 +440,40 @@ class MixedSampler(IndexBatchSampler):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores a position saved by :meth:`state_dict`.
+        """Restores a position saved by :meth:`state_dict`; a changed mix is continued by
+        :attr:`resume` (the interrupted epoch ends as it was planned).
 
         Raises:
-            ValueError: The checkpoint's mix differs from this one's (a blend resumes with
-                the mix it was saved with), or what the core sampler refuses.
+            ValueError: A changed mix without :attr:`resume`, what it refuses, or what the
+                core sampler refuses.
         """
         saved = state.get("mix")
-        if saved is not None:
-            epoch = int(saved["epoch"])
-            if saved != self.mixture.state(epoch):
+        if saved is None:
+            super().load_state_dict(state)
+            return
+        epoch, cut = int(saved["epoch"]), interrupted(state)
+        if self.mixture.saved != saved and saved != self.mixture.state(epoch):
+            if self.resume is None:
                 changes = self.mixture.changes(saved) or ["the sources' data or positions"]
                 raise ValueError(
                     "cannot resume the blend: its mix differs from the checkpoint's ("
                     + "; ".join(changes)
-                    + "). TextDataModule resumes a blend with the mix it was saved with; "
-                    "StreamingDataModule also resumes a changed one."
+                    + "); resume it through its TextDataModule."
                 )
+            self.mixture = self.resume(saved, cut)
+        self.fit_epoch(epoch)
+        if not cut:  # nothing of that epoch was dealt: it is the new mix's
+            state = {**state, "num_samples": self.dataset_size}
         super().load_state_dict(state)
+        if cut and self.ended_length is None and self._resume_batch >= self._num_batches:
+            following = self.mixture.total(epoch + 1)
+            if following != self.dataset_size:
+                # The checkpoint saw the held epoch end: a restoring Trainer must see its
+                # length to agree, then the next epoch's (the loader corrects it).
+                self.ended_length = self._num_batches
+                self.epoch, self._resume_epoch = epoch + 1, None
+
+
+def interrupted(state: dict[str, Any]) -> bool:
+    """Whether a saved sampler position is inside its epoch (some batches consumed)."""
+    return int(state.get("batches_consumed", 0)) > 0
