@@ -22,11 +22,11 @@ samples (a stand-in tokenizer gives only the vocabulary size and the EOD id). A 
 known by its tokens. Megatron resumes by starting its sampler at the checkpoint's consumed
 sample count over a blend rebuilt from the command line; the probe does the same: the first
 run uses weights 0.5 / 0.5 and stops after 200 samples (25 steps of 8), the second rebuilds
-the blend with the same weights, other weights (0.75 / 0.25) or a third source added
-(0.4 / 0.4 / 0.2) and reads samples 200-399. Measured: samples per source; samples read after
-the resume that the first run had already trained on; samples the first run had planned after
-the resume that neither run reads; whether per-source validation datasets are built in
-(``multiple_validation_sets``).
+the blend with the same weights, other weights (0.75 / 0.25), a third source added
+(0.4 / 0.4 / 0.2) or the second removed, and reads samples 200-399. Measured: samples per
+source; samples read after the resume that the first run had already trained on; samples the
+first run had planned after the resume that neither run reads; whether per-source validation
+datasets are built in (``multiple_validation_sets``).
 
 MosaicML streaming is probed only when ``streaming`` imports (it is not in the ``bench``
 extra: every release pins an older numpy than this project's environment).
@@ -321,12 +321,16 @@ def probe_megatron(root: Path) -> list[tuple[str, str]]:
         ("same weights", [p["a"], p["b"]], [0.5, 0.5]),
         ("weights 0.75 / 0.25", [p["a"], p["b"]], [0.75, 0.25]),
         ("source c added, 0.4 / 0.4 / 0.2", [p["a"], p["b"], p["c"]], [0.4, 0.4, 0.2]),
+        ("source b removed (a alone)", [p["a"]], [1.0]),
     ):
         run2, _, _ = megatron_blend(prefixes, weights)  # rebuilt, as a restarted job does
         after = [sample_key(run2[i]) for i in range(MEG_RESUME, MEG_SIZE)]
         repeated = len(set(after) & set(before))
         never = len(set(planned) - set(after) - set(before))
-        sources = Counter(int(run2.dataset_index[i]) for i in range(MEG_RESUME, MEG_SIZE))
+        if hasattr(run2, "dataset_index"):
+            sources = Counter(int(run2.dataset_index[i]) for i in range(MEG_RESUME, MEG_SIZE))
+        else:  # one prefix: the builder gives its GPTDataset itself, no blend
+            sources = Counter({0: len(after)})
         if after == planned:
             text = f"the same {len(after)} samples as planned: 0 repeated, 0 skipped"
         else:
