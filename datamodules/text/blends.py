@@ -36,7 +36,7 @@ from datamodules.core.mix_logging import MixLogging
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, schedule_lines
 from datamodules.core.summary import counted
 from datamodules.text.blend_resume import BlendResume, WeakResume, blend_listing
-from datamodules.text.inputs import find_files
+from datamodules.text.inputs import SPLIT_FILES, find_files
 from datamodules.text.mixture import (
     BlendCorpus,
     BlendUnits,
@@ -49,8 +49,6 @@ from datamodules.text.packing import PackPlanner
 from datamodules.text.token_files import read_token_files
 
 __all__ = ["BlendCorpus", "TextBlends", "blend_parts", "check_blend"]
-
-_NAMES = {"train": "train_file", "val": "val_file", "test": "test_file"}
 
 
 def check_blend(value: Any, name: str) -> list[Source] | None:
@@ -106,15 +104,15 @@ class TextBlends(BlendResume, MixLogging):
             sources = self.blend_sources(split) or []
             if any(s.weight is not None or s.repeat is not None for s in sources):
                 raise ValueError(
-                    f"{_NAMES[split]}: every source of an evaluation split is read once; drop "
+                    f"{SPLIT_FILES[split]}: every source of an evaluation split is read once; drop "
                     "weight= and repeat= there."
                 )
         blends = [s for s in ("train", "val", "test") if self.blend_sources(s) is not None]
         files = [s for s in blends if s != "train" or self.token_files is None]
         if files and not self.uses_store():
             raise ValueError(
-                f"{', '.join(_NAMES[s] for s in files)}: a blend of files goes through the token "
-                "store: give tokenizer= (yours) and leave token_cache on."
+                f"{', '.join(SPLIT_FILES[s] for s in files)}: a blend of files goes through the "
+                "token store: give tokenizer= (yours) and leave token_cache on."
             )
         if (self.batch_by == "tokens" or self.max_tokens) and blends:
             raise ValueError("batch_by='tokens' does not apply to a blend: use batch_size.")
@@ -148,7 +146,7 @@ class TextBlends(BlendResume, MixLogging):
         """One source of a split's blend: a token file (``token_files``) or a store."""
         if split == "train" and isinstance(self.token_files, list):
             return read_token_files(files, self.dtype, self.eos_id, self.declared_vocab_size)
-        return self._file_store(find_files(files, f"{_NAMES[split]} ({name})", self.remote))
+        return self._file_store(find_files(files, f"{SPLIT_FILES[split]} ({name})", self.remote))
 
     def blend_units(self, name: str, lengths: np.ndarray, shuffle: bool) -> BlendUnits:
         """A source's units over its documents of a split (of ``lengths`` tokens)."""

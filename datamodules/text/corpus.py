@@ -29,6 +29,7 @@ from datamodules.text.blends import check_blend
 from datamodules.text.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
+    SPLIT_FILES,
     arrow_chunk,
     check_file_argument,
     find_files,
@@ -47,9 +48,7 @@ from datamodules.text.store_build import (
 from datamodules.text.token_files import FLAT_DTYPES, read_token_files
 from datamodules.text.vocab import tokenizer_fingerprint, tokenizer_vocab_size
 
-__all__ = ["SPLIT_FILES", "TextCorpus", "default_token_cache", "is_dataset"]
-
-SPLIT_FILES = {"train": "train_file", "val": "val_file", "test": "test_file"}
+__all__ = ["TextCorpus", "default_token_cache", "is_dataset"]
 
 
 def is_dataset(value: Any) -> bool:

@@ -48,6 +48,7 @@ __all__ = [
     "CHUNK_TEXTS",
     "Chunk",
     "DEFAULT_LABEL_KEY",
+    "SPLIT_FILES",
     "TEXT_FORMATS",
     "accepted_names",
     "arrow_chunk",
@@ -57,6 +58,9 @@ __all__ = [
     "read_documents",
     "table_labels",
 ]
+
+#: The file argument of each split, as errors name it.
+SPLIT_FILES = {"train": "train_file", "val": "val_file", "test": "test_file"}
 
 #: The formats of :mod:`datamodules.shards.formats` that text reads (all but tar).
 TEXT_FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet")
