@@ -28,14 +28,14 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from datamodules.remote.files import BUFFER, ResumableRemoteFile, is_remote
+from datamodules.remote.files import is_remote
+from datamodules.remote.ranges import download
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 
 __all__ = ["Prefetcher", "ShardCache", "parse_size"]
@@ -154,8 +154,7 @@ class ShardCache:
     def _download(self, url: str, path: str, version: str | None, size: int | None) -> None:
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            with ResumableRemoteFile(url, 0, self.options) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, BUFFER)
+            download(url, tmp, self.options, size)
             got = os.path.getsize(tmp)
             if size is not None and got != size:
                 raise RemoteError(url, None, f"downloaded {got} bytes, the index says {size}")

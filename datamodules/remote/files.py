@@ -1,9 +1,9 @@
 """Opening shard files, local or remote (fsspec), for sequential or random access.
 
 * :func:`open_binary`: a buffered binary stream of a shard from a byte offset: a local file
-  seeks; an HTTP(S) URL from offset 0 is one streaming GET; otherwise a seek, or, when the
-  server ignores byte ranges (as Python's ``http.server`` does), the bytes before the offset
-  are read and dropped.
+  seeks; a remote one is read ahead over concurrent range requests
+  (:mod:`~datamodules.remote.ranges`), or, when the server ignores byte ranges (as Python's
+  ``http.server`` does), over one response with the bytes before the offset dropped.
 * :func:`open_seekable_remote`: a random-access remote file (Parquet footers), or a spooled
   local copy when the server cannot serve ranges.
 * :func:`decompress`: gzip and zstd streams over a raw one.
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import os
@@ -23,7 +22,6 @@ from datamodules.remote.retrying import CutShort, RemoteOptions, call_with_retri
 __all__ = [
     "BUFFER",
     "RangeFile",
-    "ResumableRemoteFile",
     "decompress",
     "default_options",
     "is_remote",
@@ -59,103 +57,24 @@ def remote_fs(url: str, options: RemoteOptions | None = None) -> tuple[Any, str]
     return fsspec.core.url_to_fs(url, **options.fs_options(protocol))
 
 
-def open_binary(path: str, offset: int = 0, options: RemoteOptions | None = None) -> IO[bytes]:
+def open_binary(
+    path: str, offset: int = 0, options: RemoteOptions | None = None, size: int | None = None
+) -> IO[bytes]:
     """Opens a shard for binary reading at ``offset``.
 
-    A local file seeks. A remote one is a :class:`ResumableRemoteFile`: one streaming request
-    from ``offset`` (a Range request; a server that ignores ranges has the bytes before it
-    skipped), retried and resumed where it stopped when the network fails.
+    A local file seeks. A remote one is a :class:`~datamodules.remote.ranges.ReadAhead`: its
+    bytes in order while the next parts download over concurrent range requests, each retried
+    and resumed where it stopped when the network fails; a server that ignores ranges is read
+    over one response, the bytes before ``offset`` skipped. ``size``: the file's, if known.
     """
     if not is_remote(path):
         f = open(local_path(path), "rb", buffering=BUFFER)  # noqa: SIM115
         if offset:
             f.seek(offset)
         return f
-    return io.BufferedReader(ResumableRemoteFile(path, offset, options), BUFFER)
+    from datamodules.remote.ranges import ReadAhead
 
-
-class ResumableRemoteFile(io.RawIOBase):
-    """A remote file read sequentially from an offset, resumed at the byte offset on failure.
-
-    Each (re)open is one streaming request from the current position: HTTP(S) with a
-    ``Range: bytes=N-`` header (a ``200`` answer to it, from a server that ignores ranges, has
-    its first N bytes skipped), other filesystems by a seek. A transient failure while opening
-    or reading (see :mod:`datamodules.remote.retrying`) closes the stream, waits, and opens
-    it again at the position already read, so no byte is read twice or lost; a body that ends
-    before the length its response announced counts as such a failure.
-
-    Args:
-        url: The file's URL.
-        offset: The first byte to read.
-        options: Storage options, retries and timeout (default: :func:`default_options`).
-    """
-
-    def __init__(self, url: str, offset: int = 0, options: RemoteOptions | None = None) -> None:
-        super().__init__()
-        self.url = url
-        self.options = options or default_options()
-        self.fs, self.fpath = call_with_retries(url, self.options, lambda: remote_fs(url, options))
-        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
-        self.http = bool({"http", "https"} & set(protocols))
-        self.pos = offset
-        self.end: int | None = None  # where the current response's body ends, if announced
-        self.stream: Any = None
-
-    def readable(self) -> bool:
-        return True
-
-    def _open(self) -> None:
-        if self.http:
-            headers = {"Range": f"bytes={self.pos}-"} if self.pos else {}
-            # A size given to fsspec spares the HEAD request it otherwise sends before each
-            # GET; a streaming file (block_size=0) does not use it.
-            stream = self.fs.open(self.fpath, "rb", block_size=0, size=-1, headers=headers)
-            response = getattr(stream, "r", None)
-            length = getattr(response, "content_length", None)
-            status = getattr(response, "status", 200)
-            if self.pos and status == 200:  # the server ignored the range: skip to pos
-                skip = self.pos
-                while skip:
-                    chunk = stream.read(min(skip, BUFFER))
-                    if not chunk:
-                        raise CutShort(f"ended {skip} bytes before offset {self.pos}")
-                    skip -= len(chunk)
-                self.end = length
-            else:
-                self.end = None if length is None else self.pos + length
-        else:
-            stream = self.fs.open(self.fpath, "rb")
-            stream.seek(self.pos)
-            size = getattr(stream, "size", None)
-            self.end = size if isinstance(size, int) else None
-        self.stream = stream
-
-    def _reset(self) -> None:
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            with contextlib.suppress(Exception):
-                stream.close()
-
-    def _read_some(self, size: int) -> bytes:
-        if self.stream is None:
-            self._open()
-        data = self.stream.read(size)
-        if not data and self.end is not None and self.pos < self.end:
-            raise CutShort(f"{self.end - self.pos} of its bytes never came")
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = call_with_retries(
-            self.url, self.options, lambda: self._read_some(len(buffer)), self._reset
-        )
-        n = len(data)
-        buffer[:n] = data
-        self.pos += n
-        return n
-
-    def close(self) -> None:
-        self._reset()
-        super().close()
+    return io.BufferedReader(ReadAhead(path, offset, options or default_options(), size), BUFFER)
 
 
 def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
