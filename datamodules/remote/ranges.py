@@ -1,36 +1,29 @@
 """One remote file over several concurrent range requests: read ahead in order, or downloaded.
 
-A single connection to an object store is slow (tens of MB/s, after a request's latency);
-the AWS CLI, s5cmd and litdata fetch one object over parallel range requests. Here:
+One connection to an object store is slow (a request's latency, then tens of MB/s); the AWS
+CLI, s5cmd and litdata fetch an object over parallel range requests. Here:
 
-* :class:`ReadAhead`: a raw file that yields a remote file's bytes in order, from an
-  offset, while the next parts download concurrently (at most ``READ_AHEAD`` bytes ahead).
-  The first part is streamed as its bytes arrive, so the first record does not wait for a
-  whole part, let alone the whole file.
-* :func:`download`: a whole file into a local file, each part written at its offset
-  (``os.pwrite``).
-* **Bounded.** Every range request of a process runs in one pool of ``connections`` threads
-  (:func:`connections`: a node budget of ``NODE_CONNECTIONS`` shared by the node's processes,
-  2 to ``MAX_CONNECTIONS`` each), the file being read before the files being prefetched.
-* **Retried per part.** A part that fails is requested again from the byte it reached, with
-  the retry policy of :func:`~datamodules.remote.retrying.call_with_retries`.
-* **Servers without ranges.** The first request asks for the first part. A ``206`` gives
-  the file's size (``Content-Range``); a ``200`` (a server that ignores ``Range``, as
-  Python's ``http.server``) is the whole body: the file is then read over that one
-  response, in order, and a retry (``Range: bytes=N-``, answered whole again) skips the
-  bytes already read. Other fsspec filesystems
-  (S3, GCS...) read parts with ``cat_file(start, end)``, the size from ``info``.
+* :class:`ReadAhead`: a remote file's bytes in order from an offset while its next parts
+  download (at most :data:`READ_AHEAD` bytes ahead); a part is read as its bytes arrive.
+* :func:`download`: a whole file into a local file, parts written at their offsets (pwrite).
+* **Bounded.** A process's range requests run in its pool
+  (:func:`~datamodules.remote.pool.pool`: a node's connections shared by its processes),
+  the file being read before the files fetched ahead.
+* **Retried per part**, from the byte it reached, as
+  :func:`~datamodules.remote.retrying.call_with_retries` says.
+* **Servers without ranges.** The first answer tells: a ``206`` gives the size
+  (``Content-Range``); a ``200`` (a server that ignores ``Range``, as Python's
+  ``http.server``) is the whole body, read in order over that one response (a retry skips
+  the bytes already read). Other fsspec filesystems (S3, GCS...) read parts with
+  ``cat_file(start, end)``, the size from ``info`` unless given.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import os
-import queue
 import re
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -38,107 +31,29 @@ from concurrent.futures import Future
 from typing import Any
 
 from datamodules.remote.files import remote_fs
+from datamodules.remote.pool import PREFETCH, READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
 
-__all__ = [
-    "MAX_CONNECTIONS",
-    "NODE_CONNECTIONS",
-    "PART_SIZE",
-    "READ_AHEAD",
-    "ReadAhead",
-    "RemoteFile",
-    "connections",
-    "download",
-    "part_size",
-]
+__all__ = ["MAX_PART", "MIN_PART", "READ_AHEAD", "ReadAhead", "RemoteFile", "download", "part_size"]
 
-#: Bytes per range request (chosen by measurement: docs/benchmarks.md, "Remote streams").
-PART_SIZE = 4 << 20
+#: Bytes per range request: a file's bytes spread over the process's connections, within
+#: these bounds (chosen by measurement: docs/benchmarks.md, "Remote streams").
+MIN_PART, MAX_PART = 1 << 20, 8 << 20
 #: Bytes a :class:`ReadAhead` keeps requested ahead of the reader.
 READ_AHEAD = 32 << 20
-#: Range requests one node's processes may have open at once, all together.
-NODE_CONNECTIONS = 64
-#: The most range requests one process has open at once.
-MAX_CONNECTIONS = 8
 _CHUNK = 256 << 10  # bytes per read from a response body
-# Priorities in the pool: the file being read before the files fetched ahead.
-READING, PREFETCH = 0, 1
 
 
-def part_size(options: RemoteOptions) -> int:
-    """Bytes per range request: ``options.part_size``, else :data:`PART_SIZE`."""
-    return options.part_size or PART_SIZE
-
-
-def connections(options: RemoteOptions) -> int:
-    """Range requests this process may have open at once.
-
-    ``options.connections`` when given; else :data:`NODE_CONNECTIONS` shared by the node's
-    processes (``LOCAL_WORLD_SIZE`` ranks times this rank's DataLoader workers), at least 2
-    and at most :data:`MAX_CONNECTIONS` each.
-    """
-    if options.connections:
-        return options.connections
-    processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    data = sys.modules.get("torch.utils.data")  # never imported here: the CLI runs without torch
-    info = data.get_worker_info() if data is not None else None
-    if info is not None:
-        processes *= max(1, info.num_workers)
-    return max(2, min(MAX_CONNECTIONS, NODE_CONNECTIONS // processes))
-
-
-# ---------------------------------------------------------------------- the process's pool
-class _Pool:
-    """``size`` threads that run range requests, lowest priority number first, then FIFO."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.pid = os.getpid()
-        self.tasks: queue.PriorityQueue = queue.PriorityQueue()
-        self.order = itertools.count()
-        self.threads: list[threading.Thread] = []
-        self.lock = threading.Lock()
-        self.running = 0  # requests open now (read by the tests)
-        self.most = 0  # the most open at once
-
-    def submit(self, priority: int, call: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        self.tasks.put((priority, next(self.order), call, future))
-        with self.lock:
-            if len(self.threads) < self.size:
-                thread = threading.Thread(target=self._run, name="ranges", daemon=True)
-                self.threads.append(thread)
-                thread.start()
-        return future
-
-    def _run(self) -> None:
-        while True:
-            _, _, call, future = self.tasks.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            with self.lock:
-                self.running += 1
-                self.most = max(self.most, self.running)
-            try:
-                future.set_result(call())
-            except BaseException as error:  # noqa: BLE001 (handed to whoever waits)
-                future.set_exception(error)
-            finally:
-                with self.lock:
-                    self.running -= 1
-
-
-_pool_lock = threading.Lock()
-_pool_now: _Pool | None = None
-
-
-def pool(options: RemoteOptions) -> _Pool:
-    """This process's pool (a fresh one after a fork: threads do not cross it)."""
-    global _pool_now
-    with _pool_lock:
-        if _pool_now is None or _pool_now.pid != os.getpid():
-            _pool_now = _Pool(connections(options))
-        return _pool_now
+def part_size(options: RemoteOptions, size: int | None, connections: int) -> int:
+    """Bytes per range request for ``size`` bytes: ``options.part_size`` when given; else the
+    bytes spread over ``connections`` requests, from :data:`MIN_PART` to :data:`MAX_PART`
+    (:data:`MIN_PART` while the size is unknown)."""
+    if options.part_size:
+        return options.part_size
+    if size is None:
+        return MIN_PART
+    share = -(-size // max(1, connections))
+    return min(MAX_PART, max(MIN_PART, -(-share // _CHUNK) * _CHUNK))
 
 
 # ---------------------------------------------------------------------- one remote file
@@ -239,6 +154,14 @@ class RemoteFile:
             return None
         response = getattr(stream, "r", None)
         status = getattr(response, "status", 200)
+        if part.guess and not (self.ranges or (status == 206 and self.ranges is None)):
+            # A part asked for before the first answer, on a server that ignores ranges: the
+            # first part is the whole file (if the server serves ranges after all, the part
+            # is asked again).
+            stream.close()
+            part.void, part.end = part.end, part.start
+            part.known.set()
+            return None
         headers = getattr(response, "headers", {}) or {}
         length = getattr(response, "content_length", None)
         if status == 206:
@@ -260,12 +183,12 @@ class RemoteFile:
         else:  # the whole body: the server ignores ranges
             if length is not None:
                 self.size = length
-            if self.ranges is not False:
+            if self.ranges is not True:  # (one 200 among 206s: a part read from it, below)
                 _NO_RANGES.add(self.host)
                 _RANGES.discard(self.host)
-            self.ranges = False
-            if part.first:  # the first answer: this response to the end of the file
-                part.end = None
+                self.ranges = False
+                if part.first:  # the first answer: this response to the end of the file
+                    part.end = None
             try:
                 skip = pos
                 while skip:
@@ -284,10 +207,16 @@ class _Part:
     """Bytes ``[start, end)`` of a file, handed from a request to a reader as they arrive;
     at most ``limit`` bytes wait (the request pauses beyond)."""
 
-    def __init__(self, start: int, end: int | None, limit: int, first: bool = False) -> None:
+    def __init__(
+        self, start: int, end: int | None, limit: int, first: bool = False, guess: bool = False
+    ) -> None:
         self.start, self.end, self.limit = start, end, limit
         #: The file's first request, whose answer tells its size and range support.
         self.first = first
+        #: Asked for, not first, before that answer: void if ranges are not served.
+        self.guess = guess
+        #: A void guess's end (it was answered 200), to ask again if ranges are served.
+        self.void: int | None = None
         self.known = threading.Event()
         self.chunks: deque[bytes] = deque()
         self.waiting = 0
@@ -343,9 +272,11 @@ class _Part:
 class ReadAhead(io.RawIOBase):
     """A remote file read in order from ``offset``, its next parts fetched concurrently.
 
-    The first part is requested alone (its answer tells the size and whether ranges are
-    served); then 2 parts are kept requested, twice as many with each part read, up to
-    :data:`READ_AHEAD` bytes; the process's pool decides how many run at once.
+    The part being read and as many after it as the process may request at once (at most
+    :data:`READ_AHEAD` bytes) are kept requested; without ``size``, the first part is
+    requested alone (its answer tells the size). Until a first answer says whether the server
+    serves ranges, the parts after the first are a guess: a ``200`` to one of them is closed
+    at once, the first part then being the whole file (or the part is asked again).
 
     Args:
         url: The file's URL.
@@ -361,48 +292,47 @@ class ReadAhead(io.RawIOBase):
         self.url = url
         self.file = RemoteFile(url, options, size)
         self.pool = pool(options)
-        self.part = part_size(options)
-        # Parts requested ahead: 2 at first, doubled with each part read, up to READ_AHEAD
-        # bytes (a reader that stops early has asked for about twice what it read).
-        self.depth = max(2, READ_AHEAD // self.part)
-        self.window = 2
+        self.options = options
+        self.step: int | None = None  # bytes per part
         self.pos = offset
         self.next = offset  # the first byte not yet requested
         self.parts: deque[_Part] = deque()
-        self.probe: _Part | None = None  # the first request, until it is answered
+        self.asked_first = False
 
     def readable(self) -> bool:
         return True
 
-    def _schedule(self, start: int, end: int | None, first: bool = False) -> None:
+    def _request(self, start: int, end: int | None, first: bool = False) -> _Part:
         limit = READ_AHEAD if end is None else max(end - start, 1)
-        part = _Part(start, end, limit, first)
+        part = _Part(start, end, limit, first, not first and self.file.ranges is None)
         part.future = self.pool.submit(READING, lambda: self.file.fetch(part, part.put))
         part.future.add_done_callback(lambda future: part.finish(future))
-        self.parts.append(part)
+        return part
+
+    def _add(self, end: int | None, first: bool = False) -> None:
+        self.parts.append(self._request(self.next, end, first))
         self.next = end if end is not None else -1
-        if first:
-            self.probe = part
+        self.asked_first = self.asked_first or first
 
     def _fill(self) -> None:
-        """Requests parts up to ``window`` ahead, once the first answer told the size."""
+        """Requests parts up to ``window`` ahead; without the size, the first part alone."""
         file = self.file
-        if self.probe is not None:
-            if not self.probe.known.is_set():
-                return  # waiting for the first answer
-            self.probe = None
         if self.next < 0:
             return  # all requested
-        if file.ranges is None or file.size is None:
-            if not self.parts:  # the first request, one part: its answer tells the rest
-                self._schedule(self.next, self.next + self.part, first=True)
-            return
         if file.ranges is False:
             if not self.parts:
-                self._schedule(self.next, None)  # one response to the end
+                self._add(None)  # one response to the end
             return
-        while len(self.parts) < self.window and self.next < file.size:
-            self._schedule(self.next, min(self.next + self.part, file.size))
+        if file.size is None:
+            if not self.parts:  # the first request: its answer tells the size
+                self._add(self.next + part_size(self.options, None, 1), first=True)
+            return
+        if self.step is None:  # once the size is known
+            self.step = part_size(self.options, file.size - self.next, self.pool.size)
+        window = max(2, min(self.pool.size + 1, READ_AHEAD // self.step))
+        while len(self.parts) < window and self.next < file.size:
+            first = file.ranges is None and not self.asked_first  # its answer says if ranges
+            self._add(min(self.next + self.step, file.size), first)  # are served
 
     def readinto(self, buffer: Any) -> int:
         while True:
@@ -417,8 +347,9 @@ class ReadAhead(io.RawIOBase):
                 self.pos += n
                 return n
             self.parts.popleft()
-            self.window = min(self.depth, 2 * self.window)
-            if head.end is None:  # a response to the end of the file: done
+            if head.void is not None and self.file.ranges:  # ranges are served after all
+                self.parts.appendleft(self._request(head.start, head.void))
+            elif head.end is None:  # a response to the end of the file: done
                 self.next = -1
 
     def close(self) -> None:
@@ -430,18 +361,19 @@ class ReadAhead(io.RawIOBase):
 
 def download(url: str, path: str, options: RemoteOptions, size: int | None = None) -> int:
     """Downloads ``url`` into ``path`` over concurrent range requests (parts written at their
-    offsets); returns the bytes written. ``size``: the file's, if known (parts are requested
-    up to it at once; the answers' ``Content-Range`` must agree).
+    offsets); returns the bytes written. ``size``: the file's, if known (all parts are then
+    requested at once; the answers' ``Content-Range`` must agree).
 
     Raises:
         RemoteError: A part failed for good (after its retries), naming the URL.
     """
     file = RemoteFile(url, options, size)
     workers = pool(options)
-    step = part_size(options)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     written = 0
     lock = threading.Lock()
+    failed = threading.Event()
+    parts: list[_Part] = []
 
     def sink(offset: int, data: bytes) -> bool:
         nonlocal written
@@ -452,40 +384,49 @@ def download(url: str, path: str, options: RemoteOptions, size: int | None = Non
             written += len(data)
         return True
 
-    def start(begin: int, end: int | None, first: bool = False) -> Future:
-        part = _Part(begin, end, 0, first)
-        future = workers.submit(PREFETCH, lambda: file.fetch(part, sink))
-        futures.append(future)
+    def start(begin: int, end: int | None, first: bool = False) -> _Part:
+        part = _Part(begin, end, 0, first, not first and file.ranges is None)
+        part.future = workers.submit(PREFETCH, lambda: file.fetch(part, sink))
         parts.append(part)
-        return future
+        return part
 
-    futures: list[Future] = []
-    parts: list[_Part] = []
-    failed = threading.Event()
+    def wait() -> None:
+        for part in parts:
+            assert part.future is not None
+            part.future.result()
+
     try:
         begin: int | None = 0
-        if file.size is None or file.ranges is None:  # the first answer says how
-            future = start(0, step, first=True)
-            parts[0].known.wait()
-            if file.ranges is None:  # no answer: the error
-                future.result()
-            begin = parts[0].end  # None: that answer is the whole file
-        if begin is not None and file.ranges and file.size is not None:
+        if file.ranges is not False and file.size is None:  # the first answer tells the size
+            first = start(0, part_size(options, None, 1), first=True)
+            first.known.wait()
+            if file.ranges is None:  # no answer: its error
+                wait()
+            begin = first.end  # None: that answer was the whole file
+        if begin is None:
+            pass
+        elif file.ranges is False or file.size is None:
+            start(begin, None)  # one response to the end
+        else:
+            step = part_size(options, file.size - begin, workers.size)
             for a in range(begin, file.size, step):
-                start(a, min(a + step, file.size))
-        elif begin is not None and (file.size is None or begin < file.size):
-            start(begin, None)  # no ranges: one response to the end
-        for future in futures:
-            future.result()
+                start(a, min(a + step, file.size), first=file.ranges is None and a == 0)
+        wait()
+        void = [part for part in parts if part.void is not None]
+        if void and file.ranges:  # guesses answered 200 by a server that serves ranges
+            for part in void:
+                start(part.start, part.void)
+            wait()
     except BaseException:
         failed.set()
-        for future in futures:
-            future.cancel()
+        for part in parts:
+            assert part.future is not None
+            part.future.cancel()
         raise
     finally:
-        for future in futures:  # no write after the file is closed
+        for part in parts:  # no write after the file is closed
             with contextlib.suppress(BaseException):
-                future.result()
+                part.future.result()  # type: ignore[union-attr]
         os.close(fd)
     if file.size is not None and file.size != written:  # a file changed while downloading
         raise RemoteError(url, None, f"{written} bytes downloaded, the server says {file.size}")

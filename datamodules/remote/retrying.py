@@ -160,8 +160,8 @@ class RemoteOptions:
             half of it), up to ``max_backoff``.
         max_backoff: The longest backoff in seconds.
         stats: Where retries are counted (a fresh :class:`RetryStats` by default).
-        part_size: Bytes per range request (None:
-            :data:`~datamodules.remote.ranges.PART_SIZE`).
+        part_size: Bytes per range request (None: a file spread over the connections, see
+            :func:`~datamodules.remote.ranges.part_size`).
         connections: Range requests one process may have open at once (None: a share of
             :data:`~datamodules.remote.ranges.NODE_CONNECTIONS`, see
             :func:`~datamodules.remote.ranges.connections`).

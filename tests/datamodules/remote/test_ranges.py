@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from datamodules.remote import pool as pool_module
 from datamodules.remote import ranges
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.files import open_binary
@@ -80,6 +81,10 @@ class RangedHandler(http.server.SimpleHTTPRequestHandler):
             self.state["ranges"].append((self.path, start, end + 1))
             actions = self.state["fail"].get(start)
             action = actions.pop(0) if actions else "serve"
+        time.sleep(self.state.get("slow", {}).get(start, 0))
+        if header and start in state_whole(self.state):  # this once: the whole body
+            self.state["whole"].discard(start)
+            header, start, end = None, 0, len(data) - 1
         if action == "503":
             close()
             self.send_error(503, "Service Unavailable")
@@ -104,6 +109,11 @@ class RangedHandler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(body[-1:])
 
 
+def state_whole(state: dict) -> set:
+    with state["lock"]:
+        return set(state.get("whole", ()))
+
+
 class PlainHandler(http.server.SimpleHTTPRequestHandler):
     """Python's own file server (ignores ``Range``), counting GETs by path."""
 
@@ -114,7 +124,8 @@ class PlainHandler(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         self.gets[self.path] += 1
-        super().do_GET()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a guess, dropped
+            super().do_GET()
 
 
 def _serve(handler: type, root: Path):
@@ -154,7 +165,7 @@ def plain(data: Path):
 @pytest.fixture(autouse=True)
 def fresh_pool(monkeypatch):
     """Each test its own pool (its own cap) and no memory of which hosts serve ranges."""
-    monkeypatch.setattr(ranges, "_pool_now", None)
+    monkeypatch.setattr(pool_module, "_pool_now", None)
     monkeypatch.setattr(ranges, "_RANGES", set())
     monkeypatch.setattr(ranges, "_NO_RANGES", set())
 
@@ -198,7 +209,7 @@ def test_parts_are_fetched_concurrently_within_the_cap(ranged, data: Path, tmp_p
     assert ranges.download(f"{base}/blob.bin", str(target), opts, SIZE) == SIZE
     assert target.read_bytes() == expected
     assert state["most"] == 3
-    assert ranges.pool(opts).most == 3  # the process's pool: the cap
+    assert pool_module.pool(opts).most == 3  # the process's pool: the cap
 
 
 def test_the_cap_holds_for_many_files_at_once(ranged, data: Path, tmp_path: Path) -> None:
@@ -224,12 +235,21 @@ def test_the_cap_holds_for_many_files_at_once(ranged, data: Path, tmp_path: Path
 
 def test_the_default_cap_shares_a_node_budget(monkeypatch) -> None:
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert ranges.connections(RemoteOptions()) == ranges.MAX_CONNECTIONS
+    assert pool_module.connections(RemoteOptions()) == pool_module.MAX_CONNECTIONS
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
-    assert ranges.connections(RemoteOptions()) == ranges.NODE_CONNECTIONS // 16
+    assert pool_module.connections(RemoteOptions()) == pool_module.NODE_CONNECTIONS // 16
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1000")
-    assert ranges.connections(RemoteOptions()) == 2  # never below 2
-    assert ranges.connections(RemoteOptions(connections=5)) == 5
+    assert pool_module.connections(RemoteOptions()) == 2  # never below 2
+    assert pool_module.connections(RemoteOptions(connections=5)) == 5
+
+
+def test_a_file_is_spread_over_the_connections_in_parts_of_1_to_8_mib() -> None:
+    mib, opts = 1 << 20, RemoteOptions()
+    assert ranges.part_size(opts, 4 * mib, 8) == mib  # a 4 MB shard: 4 parts
+    assert ranges.part_size(opts, 40 * mib, 8) == 5 * mib
+    assert ranges.part_size(opts, 4000 * mib, 8) == 8 * mib
+    assert ranges.part_size(opts, None, 8) == mib  # the first request, before the size
+    assert ranges.part_size(RemoteOptions(part_size=12345), 4000 * mib, 8) == 12345
 
 
 def test_a_failing_part_is_retried_from_the_byte_it_reached(ranged, data: Path, tmp_path) -> None:
@@ -277,12 +297,41 @@ def test_a_server_without_ranges_is_read_over_one_response(plain, data: Path, tm
     assert read_all(f"{base}/empty.bin", opts) == b""
 
 
+def test_parts_asked_before_the_first_answer_are_dropped_without_ranges(
+    plain, data: Path, tmp_path: Path
+) -> None:
+    base, gets = plain
+    expected = (data / "blob.bin").read_bytes()
+    opts = options(connections=4)
+    # The size is known (from an index): the first parts are asked for at once; the plain
+    # server answers each with the whole body, the first one is read, the others dropped.
+    assert read_all(f"{base}/blob.bin", opts, 0, SIZE) == expected
+    assert 1 < gets["/blob.bin"] <= 5  # the first part and the guesses after it, no more
+    ranges._NO_RANGES.clear()
+    assert ranges.download(f"{base}/blob.bin", str(tmp_path / "copy"), opts, SIZE) == SIZE
+    assert (tmp_path / "copy").read_bytes() == expected
+    assert opts.stats.retries == 0 and opts.stats.failures == 0
+
+
+def test_guesses_answered_200_by_a_ranged_server_are_asked_again(ranged, data: Path) -> None:
+    base, state = ranged
+    # The 4 parts asked for with the first (a cap of 4: 5 parts requested) are answered 200,
+    # the whole body, before the first part's 206.
+    state["whole"] = {k * PART for k in range(1, 5)}
+    state["slow"] = {0: 0.5}
+    expected = (data / "blob.bin").read_bytes()
+    opts = options(connections=4)
+    assert read_all(f"{base}/blob.bin", opts, 0, SIZE) == expected
+    starts = [s for _, s, _ in state["ranges"]]
+    assert [starts.count(k * PART) for k in range(6)] == [1, 2, 2, 2, 2, 1]  # asked again
+
+
 def test_closing_early_stops_the_parts(ranged, data: Path) -> None:
     base, state = ranged
     opts = options(connections=2)
     with open_binary(f"{base}/blob.bin", 0, opts) as f:
         assert f.read(10) == (data / "blob.bin").read_bytes()[:10]
-    pool = ranges.pool(opts)
+    pool = pool_module.pool(opts)
     deadline = time.monotonic() + 10
     while (pool.running or not pool.tasks.empty()) and time.monotonic() < deadline:
         time.sleep(0.02)

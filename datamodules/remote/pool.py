@@ -1,0 +1,110 @@
+"""The range requests of one process: a pool of threads, capped, the file being read first.
+
+Every range request of :mod:`~datamodules.remote.ranges` runs in this process's pool, so a
+process has at most :func:`connections` of them open at once, whatever it reads and
+prefetches: by default :data:`NODE_CONNECTIONS` shared by the node's processes
+(``LOCAL_WORLD_SIZE`` ranks times their DataLoader workers), 2 to :data:`MAX_CONNECTIONS`
+each. Requests for the file being read (:data:`READING`) run before those of files fetched
+ahead (:data:`PREFETCH`), then first come first served. A forked process (a DataLoader
+worker) makes its own pool: threads do not cross a fork.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from datamodules.remote.retrying import RemoteOptions
+
+__all__ = [
+    "MAX_CONNECTIONS",
+    "NODE_CONNECTIONS",
+    "PREFETCH",
+    "READING",
+    "RequestPool",
+    "connections",
+    "pool",
+]
+
+#: Range requests one node's processes may have open at once, all together.
+NODE_CONNECTIONS = 64
+#: The most range requests one process has open at once.
+MAX_CONNECTIONS = 8
+#: Priorities in the pool: the file being read before the files fetched ahead.
+READING, PREFETCH = 0, 1
+
+
+def connections(options: RemoteOptions) -> int:
+    """Range requests this process may have open at once.
+
+    ``options.connections`` when given; else :data:`NODE_CONNECTIONS` shared by the node's
+    processes (``LOCAL_WORLD_SIZE`` ranks times this rank's DataLoader workers), at least 2
+    and at most :data:`MAX_CONNECTIONS` each.
+    """
+    if options.connections:
+        return options.connections
+    processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    data = sys.modules.get("torch.utils.data")  # never imported here: the CLI runs without torch
+    info = data.get_worker_info() if data is not None else None
+    if info is not None:
+        processes *= max(1, info.num_workers)
+    return max(2, min(MAX_CONNECTIONS, NODE_CONNECTIONS // processes))
+
+
+class RequestPool:
+    """``size`` threads that run range requests, lowest priority number first, then FIFO."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pid = os.getpid()
+        self.tasks: queue.PriorityQueue = queue.PriorityQueue()
+        self.order = itertools.count()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.running = 0  # requests open now (read by the tests)
+        self.most = 0  # the most open at once
+
+    def submit(self, priority: int, call: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        self.tasks.put((priority, next(self.order), call, future))
+        with self.lock:
+            if len(self.threads) < self.size:
+                thread = threading.Thread(target=self._run, name="ranges", daemon=True)
+                self.threads.append(thread)
+                thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            _, _, call, future = self.tasks.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            try:
+                future.set_result(call())
+            except BaseException as error:  # noqa: BLE001 (handed to whoever waits)
+                future.set_exception(error)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+
+_pool_lock = threading.Lock()
+_pool_now: RequestPool | None = None
+
+
+def pool(options: RemoteOptions) -> RequestPool:
+    """This process's pool (a fresh one after a fork: threads do not cross it)."""
+    global _pool_now
+    with _pool_lock:
+        if _pool_now is None or _pool_now.pid != os.getpid():
+            _pool_now = RequestPool(connections(options))
+        return _pool_now
