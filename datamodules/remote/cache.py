@@ -214,8 +214,13 @@ class Prefetcher:
 
     Args:
         cache: Where the copies go.
-        ahead: How many shards to fetch ahead of the one being read.
+        ahead: How many shards to fetch ahead of the one being read, at least (the caller
+            may schedule more).
     """
+
+    #: Downloads at once, at most (each waits on its range requests, which the process's
+    #: pool of connections bounds).
+    THREADS = 16
 
     def __init__(self, cache: ShardCache, ahead: int) -> None:
         self.cache = cache
@@ -224,14 +229,14 @@ class Prefetcher:
         self._futures: dict[str, Future] = {}
 
     def schedule(self, upcoming: Sequence[tuple[str, str | None, int | None]]) -> None:
-        """Starts fetching the first ``ahead`` of ``upcoming`` ``(url, version, size)``."""
+        """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order."""
         if self.ahead <= 0:
             return
-        for url, version, size in upcoming[: self.ahead]:
+        for url, version, size in upcoming:
             if not is_remote(url) or url in self._futures:
                 continue
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="prefetch")
+                self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
             self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
 
     def wait(self, url: str) -> None:

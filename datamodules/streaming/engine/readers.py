@@ -19,9 +19,14 @@ from datamodules.shards.errors import ShardError
 from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_blocks, read_records
 
-__all__ = ["Reader", "ShardReader", "SliceReader"]
+__all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader"]
 
 Reader = Callable[[str, int, int], Iterable[Any]]
+
+#: Bytes of upcoming remote shards a worker keeps downloading, beyond ``prefetch_shards``
+#: shards: small shards are fetched further ahead so that the worker's connections stay busy
+#: (a request's latency is paid per shard; see docs/benchmarks.md, "Remote streams").
+PREFETCH_BYTES = 32 << 20
 
 
 class ShardReader:
@@ -36,7 +41,8 @@ class ShardReader:
         cache: Where remote shards are copied before they are read (None: read in place,
             unless ``prefetch_shards`` asks for copies in a private temporary folder).
         prefetch_shards: Remote shards to download ahead of the one being read, once the
-            stream has told the reader its plan (:meth:`plan`).
+            stream has told the reader its plan (:meth:`plan`); more of them while the next
+            ones add up to less than :data:`PREFETCH_BYTES` (sizes from the indexes).
     """
 
     def __init__(
@@ -81,8 +87,14 @@ class ShardReader:
             return
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self.cache, self.prefetch_shards)
-        upcoming = self._plan[position + 1 : position + 1 + self.prefetch_shards]
-        self._prefetcher.schedule([self._identity(p) for p in upcoming])
+        upcoming, total = [], 0
+        for path in self._plan[position + 1 :]:
+            size = getattr(self.indexes.get(path), "size", None) or PREFETCH_BYTES
+            if len(upcoming) >= self.prefetch_shards and total + size > PREFETCH_BYTES:
+                break
+            upcoming.append(self._identity(path))
+            total += size
+        self._prefetcher.schedule(upcoming)
 
     def _identity(self, path: str) -> tuple[str, str | None, int | None]:
         index = self.indexes.get(path)
