@@ -98,9 +98,16 @@ class SlowHandler(http.server.SimpleHTTPRequestHandler):
             return
 
 
+class Server(http.server.ThreadingHTTPServer):
+    """A threaded server that accepts many connections at once, as object storage does (the
+    stdlib's backlog of 5 drops the rest, and a dropped SYN waits a second to be resent)."""
+
+    request_queue_size = 256
+
+
 def serve(root: Path, latency: float, bandwidth: float) -> tuple[Any, str]:
     handler = type("Handler", (SlowHandler,), {"latency": latency, "bandwidth": bandwidth})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=root))
+    server = Server(("127.0.0.1", 0), partial(handler, directory=root))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"

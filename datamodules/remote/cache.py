@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamodules.remote.files import is_remote
+from datamodules.remote.pool import PREFETCH, READING, pool
 from datamodules.remote.ranges import download
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 
@@ -122,8 +124,17 @@ class ShardCache:
             if not self.keep:
                 _remove(path)
 
-    def ensure(self, url: str, version: str | None, size: int | None) -> str:
-        """Downloads ``url`` unless a valid copy is there; returns the copy's path."""
+    def ensure(
+        self,
+        url: str,
+        version: str | None,
+        size: int | None,
+        priority: tuple[int, int] = READING,
+        requested: threading.Event | None = None,
+    ) -> str:
+        """Downloads ``url`` unless a valid copy is there; returns the copy's path.
+        ``priority``: its requests' in the process's pool (default: needed now);
+        ``requested``: set once they are all asked for."""
         path = self.entry(url)
         if self._valid(path, version, size):
             return path
@@ -131,7 +142,7 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one download per machine
             if not self._valid(path, version, size):
-                self._download(url, path, version, size)
+                self._download(url, path, version, size, priority, requested)
                 self.downloads += 1
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -151,10 +162,18 @@ class ShardCache:
             return False
         return meta.get("version") == version and meta.get("size") == actual
 
-    def _download(self, url: str, path: str, version: str | None, size: int | None) -> None:
+    def _download(
+        self,
+        url: str,
+        path: str,
+        version: str | None,
+        size: int | None,
+        priority: tuple[int, int] = READING,
+        requested: threading.Event | None = None,
+    ) -> None:
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            download(url, tmp, self.options, size)
+            download(url, tmp, self.options, size, priority, requested)
             got = os.path.getsize(tmp)
             if size is not None and got != size:
                 raise RemoteError(url, None, f"downloaded {got} bytes, the index says {size}")
@@ -221,15 +240,25 @@ class Prefetcher:
     #: Downloads at once, at most (each waits on its range requests, which the process's
     #: pool of connections bounds).
     THREADS = 16
+    #: Seconds a first prefetch waits for the shard being read to ask for its parts: requests
+    #: under way are not preempted, and that shard is needed first.
+    GRACE = 0.5
 
     def __init__(self, cache: ShardCache, ahead: int) -> None:
         self.cache = cache
         self.ahead = ahead
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, Future] = {}
+        self._order = itertools.count()  # the shards' order: the next one's requests first
+        self._requested = threading.Event()  # the last scheduled shard's parts are asked for
+        self._requested.set()
 
-    def schedule(self, upcoming: Sequence[tuple[str, str | None, int | None]]) -> None:
-        """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order."""
+    def schedule(
+        self, upcoming: Sequence[tuple[str, str | None, int | None]], after_reading: bool = False
+    ) -> None:
+        """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order;
+        with ``after_reading``, once a shard being read has asked for its first parts (or
+        after :attr:`GRACE` seconds)."""
         if self.ahead <= 0:
             return
         for url, version, size in upcoming:
@@ -237,7 +266,22 @@ class Prefetcher:
                 continue
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
-            self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
+            order = next(self._order)
+            before, self._requested = self._requested, threading.Event()
+            self._futures[url] = self._pool.submit(
+                self._fetch, url, version, size, order, after_reading, before, self._requested
+            )
+
+    def _fetch(self, url, version, size, order, after, before, requested) -> str:  # noqa: ANN001
+        """Downloads one shard once the one before it has asked for its parts (requests
+        that have started are not preempted: the next shard's go first)."""
+        try:
+            if after:
+                pool(self.cache.options).reading.wait(self.GRACE)
+            before.wait(self.GRACE)
+            return self.cache.ensure(url, version, size, (PREFETCH, order), requested)
+        finally:
+            requested.set()
 
     def wait(self, url: str) -> None:
         """Waits for ``url``'s fetch, if one runs (its errors surface when the shard is read)."""

@@ -4,8 +4,9 @@ Every range request of :mod:`~datamodules.remote.ranges` runs in this process's 
 process has at most :func:`connections` of them open at once, whatever it reads and
 prefetches: by default :data:`NODE_CONNECTIONS` shared by the node's processes
 (``LOCAL_WORLD_SIZE`` ranks times their DataLoader workers), 2 to :data:`MAX_CONNECTIONS`
-each. Requests for the file being read (:data:`READING`) run before those of files fetched
-ahead (:data:`PREFETCH`), then first come first served. A forked process (a DataLoader
+each. Requests for a file being read (:data:`READING`) run before those of files fetched
+ahead (``(PREFETCH, n)``: the n-th file scheduled first, so the next shard is not slowed by
+the ones after it), then first come first served. A forked process (a DataLoader
 worker) makes its own pool: threads do not cross a fork.
 """
 
@@ -36,8 +37,9 @@ __all__ = [
 NODE_CONNECTIONS = 64
 #: The most range requests one process has open at once.
 MAX_CONNECTIONS = 8
-#: Priorities in the pool: the file being read before the files fetched ahead.
-READING, PREFETCH = 0, 1
+#: Priorities in the pool, lowest first: a file being read, then files fetched ahead, by the
+#: order they were scheduled in (``(PREFETCH, n)``).
+READING, PREFETCH = (0, 0), 1
 
 
 def connections(options: RemoteOptions) -> int:
@@ -58,7 +60,7 @@ def connections(options: RemoteOptions) -> int:
 
 
 class RequestPool:
-    """``size`` threads that run range requests, lowest priority number first, then FIFO."""
+    """``size`` threads that run range requests, lowest priority first, then FIFO."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -69,9 +71,13 @@ class RequestPool:
         self.lock = threading.Lock()
         self.running = 0  # requests open now (read by the tests)
         self.most = 0  # the most open at once
+        #: Set once a file being read has asked for its parts (prefetch may wait for it).
+        self.reading = threading.Event()
 
-    def submit(self, priority: int, call: Callable[[], Any]) -> Future:
+    def submit(self, priority: tuple[int, int], call: Callable[[], Any]) -> Future:
         future: Future = Future()
+        if priority[0] == READING[0]:
+            self.reading.set()
         self.tasks.put((priority, next(self.order), call, future))
         with self.lock:
             if len(self.threads) < self.size:
@@ -99,6 +105,14 @@ class RequestPool:
 
 _pool_lock = threading.Lock()
 _pool_now: RequestPool | None = None
+
+
+def _after_fork() -> None:  # the child has none of the parent's threads, nor its lock's owner
+    global _pool_lock, _pool_now
+    _pool_lock, _pool_now = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def pool(options: RemoteOptions) -> RequestPool:

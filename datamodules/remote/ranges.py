@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from datamodules.remote.files import remote_fs
-from datamodules.remote.pool import PREFETCH, READING, pool
+from datamodules.remote.pool import READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
 
 __all__ = ["MAX_PART", "MIN_PART", "READ_AHEAD", "ReadAhead", "RemoteFile", "download", "part_size"]
@@ -359,10 +359,19 @@ class ReadAhead(io.RawIOBase):
         super().close()
 
 
-def download(url: str, path: str, options: RemoteOptions, size: int | None = None) -> int:
+def download(
+    url: str,
+    path: str,
+    options: RemoteOptions,
+    size: int | None = None,
+    priority: tuple[int, int] = READING,
+    requested: threading.Event | None = None,
+) -> int:
     """Downloads ``url`` into ``path`` over concurrent range requests (parts written at their
     offsets); returns the bytes written. ``size``: the file's, if known (all parts are then
-    requested at once; the answers' ``Content-Range`` must agree).
+    requested at once; the answers' ``Content-Range`` must agree). ``priority``: in the
+    process's pool (:data:`~datamodules.remote.pool.READING`: needed now). ``requested``:
+    set once every part has been asked for (or the download ended).
 
     Raises:
         RemoteError: A part failed for good (after its retries), naming the URL.
@@ -386,7 +395,7 @@ def download(url: str, path: str, options: RemoteOptions, size: int | None = Non
 
     def start(begin: int, end: int | None, first: bool = False) -> _Part:
         part = _Part(begin, end, 0, first, not first and file.ranges is None)
-        part.future = workers.submit(PREFETCH, lambda: file.fetch(part, sink))
+        part.future = workers.submit(priority, lambda: file.fetch(part, sink))
         parts.append(part)
         return part
 
@@ -411,6 +420,8 @@ def download(url: str, path: str, options: RemoteOptions, size: int | None = Non
             step = part_size(options, file.size - begin, workers.size)
             for a in range(begin, file.size, step):
                 start(a, min(a + step, file.size), first=file.ranges is None and a == 0)
+        if requested is not None:
+            requested.set()
         wait()
         void = [part for part in parts if part.void is not None]
         if void and file.ranges:  # guesses answered 200 by a server that serves ranges
@@ -424,6 +435,8 @@ def download(url: str, path: str, options: RemoteOptions, size: int | None = Non
             part.future.cancel()
         raise
     finally:
+        if requested is not None:
+            requested.set()
         for part in parts:  # no write after the file is closed
             with contextlib.suppress(BaseException):
                 part.future.result()  # type: ignore[union-attr]

@@ -77,12 +77,15 @@ class ShardReader:
         hide behind), so prefetching starts with the second.
         """
         self._plan = list(paths)
-        self._prefetch_after(-1 if self._keeps_copies() else 0)
+        if self._keeps_copies():
+            self._prefetch_after(-1)
+        else:  # after the first shard's first parts: requests under way are not preempted
+            self._prefetch_after(0, after_reading=bool(paths) and is_remote(paths[0]))
 
     def _keeps_copies(self) -> bool:
         return self.cache is not None and self.cache.keep
 
-    def _prefetch_after(self, position: int) -> None:
+    def _prefetch_after(self, position: int, after_reading: bool = False) -> None:
         if self.cache is None or self.prefetch_shards <= 0:
             return
         if self._prefetcher is None:
@@ -94,7 +97,7 @@ class ShardReader:
                 break
             upcoming.append(self._identity(path))
             total += size
-        self._prefetcher.schedule(upcoming)
+        self._prefetcher.schedule(upcoming, after_reading)
 
     def _identity(self, path: str) -> tuple[str, str | None, int | None]:
         index = self.indexes.get(path)

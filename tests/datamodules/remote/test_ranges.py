@@ -128,8 +128,12 @@ class PlainHandler(http.server.SimpleHTTPRequestHandler):
             super().do_GET()
 
 
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 64  # the stdlib's 5 drops parallel connections (resent after 1 s)
+
+
 def _serve(handler: type, root: Path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=root))
+    server = Server(("127.0.0.1", 0), partial(handler, directory=root))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
