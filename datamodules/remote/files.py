@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -22,6 +23,7 @@ from datamodules.remote.retrying import CutShort, RemoteOptions, call_with_retri
 __all__ = [
     "BUFFER",
     "RangeFile",
+    "ResumableRemoteFile",
     "decompress",
     "default_options",
     "is_remote",
@@ -75,6 +77,91 @@ def open_binary(
     from datamodules.remote.ranges import ReadAhead
 
     return io.BufferedReader(ReadAhead(path, offset, options or default_options(), size), BUFFER)
+
+
+class ResumableRemoteFile(io.RawIOBase):
+    """A remote file read sequentially from an offset, resumed at the byte offset on failure:
+    how :class:`~datamodules.remote.ranges.ReadAhead` reads from a server that ignores ranges.
+
+    Each (re)open is one streaming request from the current position: HTTP(S) with a
+    ``Range: bytes=N-`` header (a ``200`` answer to it, from a server that ignores ranges, has
+    its first N bytes skipped), other filesystems by a seek. A transient failure while opening
+    or reading (see :mod:`datamodules.remote.retrying`) closes the stream, waits, and opens
+    it again at the position already read, so no byte is read twice or lost; a body that ends
+    before the length its response announced counts as such a failure.
+
+    Args:
+        url: The file's URL.
+        offset: The first byte to read.
+        options: Storage options, retries and timeout (default: :func:`default_options`).
+    """
+
+    def __init__(self, url: str, offset: int = 0, options: RemoteOptions | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.options = options or default_options()
+        self.fs, self.fpath = call_with_retries(url, self.options, lambda: remote_fs(url, options))
+        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
+        self.http = bool({"http", "https"} & set(protocols))
+        self.pos = offset
+        self.end: int | None = None  # where the current response's body ends, if announced
+        self.stream: Any = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _open(self) -> None:
+        if self.http:
+            headers = {"Range": f"bytes={self.pos}-"} if self.pos else {}
+            # A size given to fsspec spares the HEAD request it otherwise sends before each
+            # GET; a streaming file (block_size=0) does not use it.
+            stream = self.fs.open(self.fpath, "rb", block_size=0, size=-1, headers=headers)
+            response = getattr(stream, "r", None)
+            length = getattr(response, "content_length", None)
+            status = getattr(response, "status", 200)
+            if self.pos and status == 200:  # the server ignored the range: skip to pos
+                skip = self.pos
+                while skip:
+                    chunk = stream.read(min(skip, BUFFER))
+                    if not chunk:
+                        raise CutShort(f"ended {skip} bytes before offset {self.pos}")
+                    skip -= len(chunk)
+                self.end = length
+            else:
+                self.end = None if length is None else self.pos + length
+        else:
+            stream = self.fs.open(self.fpath, "rb")
+            stream.seek(self.pos)
+            size = getattr(stream, "size", None)
+            self.end = size if isinstance(size, int) else None
+        self.stream = stream
+
+    def _reset(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def _read_some(self, size: int) -> bytes:
+        if self.stream is None:
+            self._open()
+        data = self.stream.read(size)
+        if not data and self.end is not None and self.pos < self.end:
+            raise CutShort(f"{self.end - self.pos} of its bytes never came")
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = call_with_retries(
+            self.url, self.options, lambda: self._read_some(len(buffer)), self._reset
+        )
+        n = len(data)
+        buffer[:n] = data
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        self._reset()
+        super().close()
 
 
 def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from datamodules.remote.files import remote_fs
+from datamodules.remote.files import ResumableRemoteFile, remote_fs
 from datamodules.remote.pool import READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
 
@@ -183,11 +183,13 @@ class RemoteFile:
         else:  # the whole body: the server ignores ranges
             if length is not None:
                 self.size = length
+                if part.end is not None:
+                    part.end = min(part.end, length)
             if self.ranges is not True:  # (one 200 among 206s: a part read from it, below)
                 _NO_RANGES.add(self.host)
                 _RANGES.discard(self.host)
                 self.ranges = False
-                if part.first:  # the first answer: this response to the end of the file
+                if part.first and part.whole:  # a download: this response to the end
                     part.end = None
             try:
                 skip = pos
@@ -204,13 +206,19 @@ class RemoteFile:
 
 
 class _Part:
-    """Bytes ``[start, end)`` of a file, handed from a request to a reader as they arrive;
-    at most ``limit`` bytes wait (the request pauses beyond)."""
+    """Bytes ``[start, end)`` of a file, handed from a request to a reader as they arrive."""
 
     def __init__(
-        self, start: int, end: int | None, limit: int, first: bool = False, guess: bool = False
+        self,
+        start: int,
+        end: int | None,
+        first: bool = False,
+        guess: bool = False,
+        whole: bool = False,
     ) -> None:
-        self.start, self.end, self.limit = start, end, limit
+        self.start, self.end = start, end
+        #: If the first answer is the whole body (no ranges), read it all (else [start, end)).
+        self.whole = whole
         #: The file's first request, whose answer tells its size and range support.
         self.first = first
         #: Asked for, not first, before that answer: void if ranges are not served.
@@ -219,7 +227,6 @@ class _Part:
         self.void: int | None = None
         self.known = threading.Event()
         self.chunks: deque[bytes] = deque()
-        self.waiting = 0
         self.cond = threading.Condition()
         self.done = False
         self.error: BaseException | None = None
@@ -228,12 +235,9 @@ class _Part:
 
     def put(self, offset: int, data: bytes) -> bool:
         with self.cond:
-            while self.waiting >= self.limit and not self.abandoned:
-                self.cond.wait()
             if self.abandoned:
                 return False
             self.chunks.append(data)
-            self.waiting += len(data)
             self.cond.notify_all()
         return True
 
@@ -253,7 +257,6 @@ class _Part:
                 if len(data) > n:
                     data, rest = data[:n], data[n:]
                     self.chunks.appendleft(rest)
-                self.waiting -= len(data)
                 self.cond.notify_all()
                 return data
             if self.error is not None:
@@ -276,7 +279,10 @@ class ReadAhead(io.RawIOBase):
     :data:`READ_AHEAD` bytes) are kept requested; without ``size``, the first part is
     requested alone (its answer tells the size). Until a first answer says whether the server
     serves ranges, the parts after the first are a guess: a ``200`` to one of them is closed
-    at once, the first part then being the whole file (or the part is asked again).
+    at once (and the part asked again if the server serves ranges after all). From a server
+    that ignores ranges, the rest after the first part is read in this thread, over one
+    response (:class:`~datamodules.remote.files.ResumableRemoteFile`), as a pool thread
+    waiting on a slow reader would hold one of the process's connections.
 
     Args:
         url: The file's URL.
@@ -298,20 +304,20 @@ class ReadAhead(io.RawIOBase):
         self.next = offset  # the first byte not yet requested
         self.parts: deque[_Part] = deque()
         self.asked_first = False
+        self.seq: ResumableRemoteFile | None = None  # a server without ranges: in order
 
     def readable(self) -> bool:
         return True
 
-    def _request(self, start: int, end: int | None, first: bool = False) -> _Part:
-        limit = READ_AHEAD if end is None else max(end - start, 1)
-        part = _Part(start, end, limit, first, not first and self.file.ranges is None)
+    def _request(self, start: int, end: int, first: bool = False) -> _Part:
+        part = _Part(start, end, first, not first and self.file.ranges is None)
         part.future = self.pool.submit(READING, lambda: self.file.fetch(part, part.put))
         part.future.add_done_callback(lambda future: part.finish(future))
         return part
 
-    def _add(self, end: int | None, first: bool = False) -> None:
+    def _add(self, end: int, first: bool = False) -> None:
         self.parts.append(self._request(self.next, end, first))
-        self.next = end if end is not None else -1
+        self.next = end
         self.asked_first = self.asked_first or first
 
     def _fill(self) -> None:
@@ -319,9 +325,11 @@ class ReadAhead(io.RawIOBase):
         file = self.file
         if self.next < 0:
             return  # all requested
-        if file.ranges is False:
-            if not self.parts:
-                self._add(None)  # one response to the end
+        if file.ranges is False:  # once the parts asked for are read: one response to the end,
+            if not self.parts:  # read in this thread (it would hold a connection of the pool)
+                if file.size is None or self.pos < file.size:
+                    self.seq = ResumableRemoteFile(self.url, self.pos, self.options)
+                self.next = -1
             return
         if file.size is None:
             if not self.parts:  # the first request: its answer tells the size
@@ -338,7 +346,11 @@ class ReadAhead(io.RawIOBase):
         while True:
             self._fill()
             if not self.parts:
-                return 0
+                if self.seq is None:
+                    return 0
+                n = self.seq.readinto(buffer)
+                self.pos += n
+                return n
             head = self.parts[0]
             data = head.take(len(buffer))
             if data:
@@ -349,13 +361,13 @@ class ReadAhead(io.RawIOBase):
             self.parts.popleft()
             if head.void is not None and self.file.ranges:  # ranges are served after all
                 self.parts.appendleft(self._request(head.start, head.void))
-            elif head.end is None:  # a response to the end of the file: done
-                self.next = -1
 
     def close(self) -> None:
         for part in self.parts:
             part.abandon()
         self.parts.clear()
+        if self.seq is not None:
+            self.seq.close()
         super().close()
 
 
@@ -394,7 +406,7 @@ def download(
         return True
 
     def start(begin: int, end: int | None, first: bool = False) -> _Part:
-        part = _Part(begin, end, 0, first, not first and file.ranges is None)
+        part = _Part(begin, end, first, not first and file.ranges is None, whole=True)
         part.future = workers.submit(priority, lambda: file.fetch(part, sink))
         parts.append(part)
         return part
