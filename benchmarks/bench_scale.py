@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import datamodules.streaming.engine.stream as stream_module  # noqa: E402
+from datamodules.core.elastic import Segment  # noqa: E402
 from datamodules.core.samplers import IndexBatchSampler  # noqa: E402
 from datamodules.streaming.engine.elastic import remainder  # noqa: E402
 from datamodules.streaming.engine.layout import Plan, worker_done  # noqa: E402
@@ -158,7 +159,7 @@ def check_exact_streams(scale: str = "10M") -> str:
     records, shards, old_world, new_world, workers = STREAMS[scale]
     counts = shard_counts(records, shards)
     state = old_state(counts, old_world, workers)
-    segments = [(old_world, workers, BATCH, state["batches"])]
+    segments = [Segment(old_world, workers, BATCH, state["batches"])]
     plan = Plan.make(records, old_world, BATCH, False)
     delivered = 0
     for rank in range(old_world):

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from collates._checks import int_mistake
 from collates.pack_plan import PackPlan, best_fit_plan, split_plan
 from collates.pack_rows import IGNORE_INDEX, RowTable, gather_rows
 
@@ -131,15 +132,17 @@ def pack_collate(
 
 
 def check_pack_options(seq_length: Any, pack_mode: Any, pad_id: Any) -> None:
-    """Raises a ValueError naming a bad ``seq_length``, ``pack_mode`` or ``pad_id``."""
-    if seq_length is not None and (
-        isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1
-    ):
-        raise ValueError(f"seq_length={seq_length!r} is not accepted: use None or an int >= 1.")
+    """Raises naming a bad ``seq_length``, ``pack_mode`` or ``pad_id``: a TypeError for a value
+    of the wrong kind (``seq_length=2.5``, ``pad_id=None``), else a ValueError."""
+    mistake = int_mistake(seq_length, 1, allow_none=True)
+    if mistake is not None:
+        raise mistake(f"seq_length={seq_length!r} is not accepted: use an int >= 1 or None.")
     if pack_mode not in PACK_MODES:
-        raise ValueError(f"pack_mode={pack_mode!r} is not accepted: use 'split' or 'whole'.")
-    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
-        raise ValueError(f"pad_id={pad_id!r} is not accepted: use an int.")
+        mistake = ValueError if isinstance(pack_mode, str) else TypeError
+        raise mistake(f"pack_mode={pack_mode!r} is not accepted: use 'split' or 'whole'.")
+    mistake = int_mistake(pad_id)
+    if mistake is not None:
+        raise mistake(f"pad_id={pad_id!r} is not accepted: use an int.")
 
 
 class PackCollate:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from collates._checks import int_mistake
 from collates.fields import (
     ARRAY,
     NUMBER,
@@ -47,7 +48,8 @@ __all__ = ["PadCollate", "pad_collate"]
 
 def _check_side(name: str, value: Any) -> None:
     if value not in ("left", "right"):
-        raise ValueError(f"{name} must be 'left' or 'right', got {value!r}")
+        mistake = ValueError if isinstance(value, str) else TypeError
+        raise mistake(f"{name} must be 'left' or 'right', got {value!r}")
 
 
 def _check_number(name: str, value: Any) -> None:
@@ -56,8 +58,9 @@ def _check_number(name: str, value: Any) -> None:
 
 
 def _check_length(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+    mistake = int_mistake(value, 1, allow_none=True)
+    if mistake is not None:
+        raise mistake(f"{name} must be None or a positive int, got {value!r}")
 
 
 def _check_names(name: str, value: Any) -> tuple[Hashable, ...] | None:

@@ -9,8 +9,9 @@ needs them (:mod:`datamodules.core.hooks`).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from datamodules.core.lazy import lazy_exports
 
 __all__ = [
     "BaseDataModule",
@@ -43,15 +44,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from datamodules.tools.monitor import DataWaitMonitor
 
 
-def __getattr__(name: str) -> Any:
-    """Imports a public name on first use (PEP 562) and keeps it in the module."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'datamodules' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)

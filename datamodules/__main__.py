@@ -1,5 +1,6 @@
-"""``python -m datamodules COMMAND ...``: ``inspect`` (tools/inspect_cli.py) and ``shards``
-(shards/cli.py). ``shards`` imports neither Lightning nor torch before its arguments parse."""
+"""``python -m datamodules COMMAND ...``: ``inspect`` (tools/inspect_cli.py), ``shards``
+(shards/cli.py) and ``index`` (shards/index_cli.py). ``shards`` and ``index`` import neither
+Lightning nor torch before their arguments parse."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ USAGE = """usage: python -m datamodules inspect --data CLASS [--data.ARG VALUE .
                                      [--split {train,val,test}] [--out PATH]
        python -m datamodules shards SRC OUT [--fmt tar|parquet] [--max-bytes SIZE]
                                     [--workers N] [--val-split F] [--resize N] [--quality Q]
+       python -m datamodules index SHARDS... --output FILE.index.json [--workers N]
 
 commands:
   inspect   print a DataModule's summary and data statistics, draw one batch, tune its loader
   shards    write an image folder as train and val shards (tar or Parquet)
+  index     index shards another tool wrote into a dataset index that setup reads instead
 
 Run 'python -m datamodules COMMAND --help' for the options."""
 
@@ -30,9 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         from datamodules.shards.cli import shards_main
 
         return shards_main(rest)
+    if command == "index":
+        from datamodules.shards.index_cli import index_main
+
+        return index_main(rest)
     if command != "inspect":
         print(
-            f"python -m datamodules: unknown command {command!r}: use 'inspect' or 'shards'.\n",
+            f"python -m datamodules: unknown command {command!r}: use 'inspect', 'shards' or "
+            "'index'.\n",
             file=sys.stderr,
         )
         print(USAGE, file=sys.stderr)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.checks import check_path, int_mistake, rejected
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.views import SplitView, TensorBatchView
@@ -177,11 +178,9 @@ class TensorDataModule(BaseDataModule):
         super().__init__(**shared_arguments(locals()))
         if tensors and path is not None:
             raise ValueError("give tensors or path=, not both.")
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path={path!r} is not accepted: use a file path string.")
-        if path is not None:
-            _check_suffix(Path(path))
-        self.path = None if path is None else str(path)
+        self.path = check_path(path, "path", "a file path string", allow_none=True)
+        if self.path is not None:
+            _check_suffix(Path(self.path))
         self.label_key = label_key
         self._given: Tensors | None = None
         if tensors:
@@ -238,12 +237,10 @@ class TensorDataModule(BaseDataModule):
                     "TensorDataModule(X, y)."
                 )
             key = len(tensors) - 1
-        in_range = isinstance(key, int) and -len(tensors) <= key < len(tensors)
-        if isinstance(key, bool) or not in_range:
-            raise ValueError(
-                f"label_key={self.label_key!r} is not accepted: use a position in "
-                f"[0, {len(tensors)}) of the tensors given."
-            )
+        mistake = int_mistake(key, -len(tensors), len(tensors) - 1)
+        if mistake is not None:
+            accepted = f"a position in [0, {len(tensors)}) of the tensors given"
+            raise rejected("label_key", self.label_key, accepted, mistake)
         return tensors[key]
 
     def labels(self) -> torch.Tensor:

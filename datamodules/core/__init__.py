@@ -5,7 +5,9 @@ resumable loader, split views and the reused batch buffers.
 it. Its modules:
 
 * :mod:`~datamodules.core.base`: :class:`~datamodules.BaseDataModule`.
-* :mod:`~datamodules.core.checks`: argument checks shared by the core.
+* :mod:`~datamodules.core.checks`: the one set of argument checks every module uses (a wrong
+  type raises TypeError, a wrong value ValueError); imports neither torch nor Lightning.
+* :mod:`~datamodules.core.common_arguments`: the check of the arguments every DataModule takes.
 * :mod:`~datamodules.core.context`: rank, world and devices from the Trainer or the process.
 * :mod:`~datamodules.core.hardware`: the ``"auto"`` loader settings and the tuner's choice.
 * :mod:`~datamodules.core.hooks`: where core hands work to the tools without importing them.

@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import default_collate
 
-from datamodules.core.checks import WeakCall, check_common_arguments
+from datamodules.core.common_arguments import check_common_arguments
 from datamodules.core.context import (
     consumed_train_batches,
     local_hardware,
@@ -46,7 +46,7 @@ from datamodules.core.hardware import (
 from datamodules.core.hooks import tool
 from datamodules.core.hparams import given_arguments, make_hparams_plain
 from datamodules.core.keywords import CheckedKeywords
-from datamodules.core.loaders import ResumableDataLoader
+from datamodules.core.loaders import ResumableDataLoader, WeakCall
 from datamodules.core.quiet import HeldFilters
 from datamodules.core.samplers import IndexBatchSampler, OverfitBatchSampler
 from datamodules.core.skipped import Skipped
@@ -54,6 +54,7 @@ from datamodules.core.split_state import SplitState
 from datamodules.core.splits import (
     SPLIT_NAMES,
     compute_split_indices,
+    empty_split_notes,
     split_fingerprint,
 )
 from datamodules.core.summary import summary_lines
@@ -243,14 +244,21 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
             raise ValueError(f"split_sources() returned unknown splits {sorted(unknown)}.")
         if n == 0:
             raise ValueError(f"{type(self).__name__}: the dataset is empty: nothing to train on.")
+        asked = {
+            "val": 0 if "val" in sources else self.val_split,
+            "test": 0 if "test" in sources else self.test_split,
+        }
         indices = compute_split_indices(
             n,
             explicit=self.explicit_splits,
-            val_split=0 if "val" in sources else self.val_split,
-            test_split=0 if "test" in sources else self.test_split,
+            val_split=asked["val"],
+            test_split=asked["test"],
             seed=self.split_seed,
             labels=self.labels if self.stratify else None,
         )
+        if self.explicit_splits is None:  # said once: setup splits once
+            for note in empty_split_notes(n, asked, indices):
+                rank_zero_warn(f"{type(self).__name__}: {note}")
         datasets = {name: dataset for name in SPLIT_NAMES}
         for name, source in sources.items():
             datasets[name] = source

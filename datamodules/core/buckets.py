@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from datamodules.core.checks import check_bool, check_choice, check_int
 from datamodules.core.elastic import Segment, split_into_pieces
-from datamodules.core.samplers import IndexBatchSampler, check_positive_int
+from datamodules.core.samplers import IndexBatchSampler
 
 __all__ = ["BATCH_BY", "BucketBatchSampler", "pack_by_tokens"]
 
@@ -158,15 +159,13 @@ class BucketBatchSampler(IndexBatchSampler):
         rank: int | None = None,
     ) -> None:
         length_tensor = _as_lengths(lengths)
-        if batch_by not in BATCH_BY:
-            raise ValueError(f"batch_by={batch_by!r} is not accepted: use 'samples' or 'tokens'.")
+        check_choice(batch_by, "batch_by", BATCH_BY)
         by_tokens = batch_by == "tokens"
         if by_tokens:
             if max_tokens is None:
                 raise ValueError("batch_by='tokens' needs max_tokens (an int >= 1).")
-            check_positive_int(max_tokens, "max_tokens")
-            if batch_size is not None:
-                check_positive_int(batch_size, "batch_size")
+            check_int(max_tokens, "max_tokens", 1)
+            check_int(batch_size, "batch_size", 1, allow_none=True)
             if drop_last:
                 raise ValueError(
                     "drop_last=True is not accepted with batch_by='tokens': token batches have "
@@ -183,13 +182,11 @@ class BucketBatchSampler(IndexBatchSampler):
                     f"max_tokens={max_tokens!r} has no effect with batch_by='samples': use "
                     "batch_by='tokens' or drop max_tokens."
                 )
-            check_positive_int(batch_size, "batch_size")
-        check_positive_int(pool_batches, "pool_batches")
-        if pad_to_multiple_of is not None:
-            check_positive_int(pad_to_multiple_of, "pad_to_multiple_of")
+            check_int(batch_size, "batch_size", 1)
+        check_int(pool_batches, "pool_batches", 1)
+        check_int(pad_to_multiple_of, "pad_to_multiple_of", 1, allow_none=True)
         for name, flag in (("bucket", bucket), ("shuffle", shuffle), ("drop_last", drop_last)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}={flag!r} is not accepted: use True or False.")
+            check_bool(flag, name)
         n = len(length_tensor)
         super().__init__(
             n,

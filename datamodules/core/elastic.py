@@ -5,8 +5,9 @@ and the data (never on the number of ranks): a permutation for
 :class:`~datamodules.core.samplers.IndexBatchSampler`, the length-bucketed batches laid end to
 end for :class:`~datamodules.core.buckets.BucketBatchSampler`. A run cuts that order into
 batches for its ranks (its *layout*); a checkpoint records, per run of the epoch (a
-*segment*), the layout's world size and batch size and how many batches every rank consumed.
-That is a few integers, however many samples there are.
+:class:`Segment`, the one type that stream resumes use too), the layout's world size and batch
+size and how many batches every rank consumed. That is a few integers, however many samples
+there are.
 
 On resume the positions already consumed are recomputed from the segments alone, and the
 rest, in epoch order, is cut into batches of the resumed run's batch size and dealt to its
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -41,24 +42,44 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One run's part of an epoch: its layout and the batches each rank consumed.
+class Segment(NamedTuple):
+    """One segment of an epoch: the batches delivered on one layout, a few ints.
+
+    An epoch that a checkpoint interrupts and a resume continues on another layout is
+    delivered in segments: the first on the layout that started it, then one per resume on
+    another layout. Every resume, map-style (:class:`~datamodules.core.samplers.IndexBatchSampler`
+    and its subclasses) or stream (:mod:`~datamodules.streaming.engine.elastic`), recomputes
+    from its segments alone which samples (records) the epoch delivered, and deals the rest
+    out on its own layout. A NamedTuple: compared by value (is this the layout the
+    checkpoint was saved on?) and hashable (a stream keys its plan cache by its segments).
 
     Attributes:
-        world: Ranks of that run.
-        batch_size: Its batch size (per rank).
-        batches: Batches every rank consumed in that run.
-        max_tokens: Its token budget (token batches only).
+        world: Ranks of the layout (the global world size).
+        workers: DataLoader workers per rank that made the batches. Streams: each worker
+            reads its own part of the rank's records through its own shuffle buffer, so the
+            count decides which records a number of batches held. Map-style: always 1; the
+            batch sampler runs in the main process and its workers only load the batches it
+            chose, so their count changes nothing delivered.
+        batch_size: Samples (records) per batch on each rank. Map-style batches cut by a
+            token budget: the most samples a batch may hold, None for no such cap.
+        batches: Batches every rank delivered in this segment (the same on each rank).
+        max_tokens: The token budget of a map-style layout that cuts batches by tokens
+            (:class:`~datamodules.core.buckets.BucketBatchSampler` with ``batch_by="tokens"``);
+            None otherwise, and always for streams.
+
+    Checkpoints keep the two forms they have always had: map-style the dict of
+    :meth:`to_dict` (no ``workers``), streams the list of :meth:`to_list` (no
+    ``max_tokens``); :meth:`from_dict` and :meth:`from_list` read them back.
     """
 
     world: int
+    workers: int
     batch_size: int | None
     batches: int
     max_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain ints, for a checkpoint."""
+        """``{"world", "batch_size", "batches", "max_tokens"}``: a map-style checkpoint's."""
         return {
             "world": self.world,
             "batch_size": self.batch_size,
@@ -67,14 +88,26 @@ class Segment:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Segment:
-        """The segment saved by :meth:`to_dict`."""
+    def from_dict(cls, data: Mapping[str, Any]) -> Segment:
+        """The segment :meth:`to_dict` saved (``batch_size`` and ``max_tokens`` optional)."""
         return cls(
             int(data["world"]),
+            1,
             None if data.get("batch_size") is None else int(data["batch_size"]),
             int(data["batches"]),
             None if data.get("max_tokens") is None else int(data["max_tokens"]),
         )
+
+    def to_list(self) -> list[int]:
+        """``[world, workers, batch_size, batches]``: a stream checkpoint's (and the four ints
+        a stream shares with its workers)."""
+        return [self.world, self.workers, self.batch_size, self.batches]  # type: ignore[list-item]
+
+    @classmethod
+    def from_list(cls, values: Sequence[Any]) -> Segment:
+        """The segment :meth:`to_list` saved."""
+        world, workers, batch_size, batches = values
+        return cls(int(world), int(workers), int(batch_size), int(batches))
 
 
 def even_batch_sizes(n_samples: int, n_batches: int, batch_size: int) -> list[int]:

@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from datamodules.core.checks import check_bool, check_choice, check_int
+
 __all__ = [
     "AUTO",
     "FETCHED",
@@ -124,15 +126,7 @@ def validate_num_workers(value: Any, name: str = "num_workers") -> None:
         TypeError: For a value of the wrong type.
         ValueError: For a negative int or an unknown string.
     """
-    accepted = "use an int >= 0, 'auto' or 'tune'"
-    if isinstance(value, str):
-        if value not in (AUTO, TUNE):
-            raise ValueError(f"{name}={value!r} is not accepted: {accepted}.")
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r} ({type(value).__name__}) is not accepted: {accepted}.")
-    if value < 0:
-        raise ValueError(f"{name}={value!r} is not accepted: {accepted}.")
+    check_int(value, name, 0, words=(AUTO, TUNE))
 
 
 def validate_flag(value: Any, name: str) -> None:
@@ -146,25 +140,17 @@ def validate_flag(value: Any, name: str) -> None:
         TypeError: For a value of the wrong type.
         ValueError: For an unknown string.
     """
-    if isinstance(value, bool):
-        return
-    if isinstance(value, str):
-        if value != AUTO:
-            raise ValueError(f"{name}={value!r} is not accepted: use True, False or 'auto'.")
-        return
-    raise TypeError(
-        f"{name}={value!r} ({type(value).__name__}) is not accepted: use True, False or 'auto'."
-    )
+    check_bool(value, name, words=(AUTO,))
 
 
 def validate_prefetch_factor(value: Any) -> None:
-    """Raises if ``value`` is neither an int >= 1, None, nor ``"auto"``."""
-    if value is None or value == AUTO:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"prefetch_factor={value!r} is not accepted: use an int >= 1, None or 'auto'."
-        )
+    """Raises if ``value`` is neither an int >= 1, None, nor ``"auto"``.
+
+    Raises:
+        TypeError: For a value of the wrong type.
+        ValueError: For an int < 1 or an unknown string.
+    """
+    check_int(value, "prefetch_factor", 1, allow_none=True, words=(AUTO,))
 
 
 #: How an in-memory DataModule makes a batch, as the ``num_workers`` reason says it.
@@ -226,15 +212,9 @@ def resolve_loader_settings(
     validate_flag(pin_memory, "pin_memory")
     validate_flag(persistent_workers, "persistent_workers")
     validate_prefetch_factor(prefetch_factor)
-    if work not in WORK_KINDS:
-        raise ValueError(f"work={work!r} is not accepted: use one of {WORK_KINDS}.")
-    if isinstance(local_world_size, bool) or not isinstance(local_world_size, int):
-        raise TypeError(f"local_world_size={local_world_size!r} is not accepted: use an int >= 1.")
-    if local_world_size < 1:
-        raise ValueError(f"local_world_size={local_world_size!r} is not accepted: use an int >= 1.")
-    cpus = available_cpus() if cpus is None else cpus
-    if cpus < 1:
-        raise ValueError(f"cpus={cpus!r} is not accepted: use an int >= 1.")
+    check_choice(work, "work", WORK_KINDS)
+    check_int(local_world_size, "local_world_size", 1)
+    cpus = available_cpus() if cpus is None else check_int(cpus, "cpus", 1)
     cpus_per_rank = max(1, cpus // local_world_size)
     reasons: dict[str, str] = {}
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
+from datamodules.core.checks import check_choice
+
 __all__ = ["TOOLS_PACKAGE", "TOOL_NAMES", "register_tool", "tool"]
 
 TOOL_NAMES = ("tune", "describe", "plot_batch")
@@ -29,8 +31,7 @@ _TOOLS: dict[str, Callable[..., Any]] = {}
 
 def register_tool(name: str, function: Callable[..., Any]) -> None:
     """Makes ``function`` the implementation of the tool ``name`` (one of :data:`TOOL_NAMES`)."""
-    if name not in TOOL_NAMES:
-        raise ValueError(f"name={name!r} is not accepted: use one of {TOOL_NAMES}.")
+    check_choice(name, "name", TOOL_NAMES)
     _TOOLS[name] = function
 
 

@@ -23,6 +23,7 @@ the sampler.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,7 +34,19 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
 
-__all__ = ["GroupedBatches", "ResumableDataLoader", "passthrough"]
+__all__ = ["GroupedBatches", "ResumableDataLoader", "WeakCall", "passthrough"]
+
+
+class WeakCall:
+    """Calls a bound method through a weak reference; returns None once its object is gone
+    (how a loader asks its DataModule for ``consumed_batches`` without keeping it alive)."""
+
+    def __init__(self, method: Callable[[], Any]) -> None:
+        self._method = weakref.WeakMethod(method)
+
+    def __call__(self) -> Any:
+        method = self._method()
+        return None if method is None else method()
 
 
 class GroupedBatches:

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, SequentialSampler
 
+from datamodules.core.checks import check_int
 from datamodules.core.elastic import (
     Segment,
     deal,
@@ -49,12 +50,8 @@ def current_rank_and_world() -> tuple[int, int]:
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{name}={value!r} ({type(value).__name__}) is not accepted: use an int >= {minimum}."
-        )
-    if value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
+    """:func:`~datamodules.core.checks.check_int` with a minimum of 1 unless told otherwise."""
+    check_int(value, name, minimum)
 
 
 class IndexBatchSampler(DistributedSampler):
@@ -108,14 +105,14 @@ class IndexBatchSampler(DistributedSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
-        check_positive_int(num_samples, "num_samples", 0)
-        check_positive_int(batch_size, "batch_size")
+        check_int(num_samples, "num_samples", 0)
+        check_int(batch_size, "batch_size", 1)
+        check_int(seed, "seed")
         default_rank, default_world = current_rank_and_world()
         world = default_world if num_replicas is None else num_replicas
         rank = default_rank if rank is None else rank
-        check_positive_int(world, "num_replicas")
-        if not 0 <= rank < world:
-            raise ValueError(f"rank={rank!r} is not accepted: use 0 <= rank < {world}.")
+        check_int(world, "num_replicas", 1)
+        check_int(rank, "rank", 0, world - 1)
         # DistributedSampler.__init__ needs a dataset and a process group; set its fields here.
         self.dataset_size = num_samples
         self.batch_size = batch_size
@@ -350,7 +347,7 @@ class IndexBatchSampler(DistributedSampler):
         if self._segments and epoch == self._resume_epoch_of_segments:
             earlier = self._segments
         done = sum(s.batches for s in earlier)
-        current = Segment(self.num_replicas, self.batch_size, consumed - done, self._max_tokens())
+        current = self._segment(consumed - done)
         return {
             "epoch": epoch,
             "batches_consumed": consumed,
@@ -406,7 +403,7 @@ class IndexBatchSampler(DistributedSampler):
         self._resume_batch = int(state["batches_consumed"])
         self.epoch = self._resume_epoch
         self._epoch_given = True
-        here = Segment(self.num_replicas, self.batch_size, segments[-1].batches, self._max_tokens())
+        here = self._segment(segments[-1].batches)
         same_layout = len(segments) == 1 and segments[0] == here
         # The same layout resumes by skipping the consumed batches (the very same batches as
         # an uninterrupted run); another one re-splits the rest of the epoch (core/elastic.py).
@@ -424,6 +421,11 @@ class IndexBatchSampler(DistributedSampler):
 
     def _max_tokens(self) -> int | None:
         return None
+
+    def _segment(self, batches: int) -> Segment:
+        """This layout's segment with ``batches`` delivered per rank (one worker: the batch
+        sampler runs in the main process)."""
+        return Segment(self.num_replicas, 1, self.batch_size, batches, self._max_tokens())
 
 
 class OverfitBatchSampler(DistributedSampler, SequentialSampler):

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import random_split
+
+from datamodules.core.checks import is_int, is_number, rejected
 
 __all__ = [
     "SPLIT_NAMES",
     "SplitSize",
     "check_class_labels",
     "compute_split_indices",
+    "empty_split_notes",
     "explicit_split_indices",
     "is_count",
     "random_split_indices",
@@ -38,7 +39,7 @@ SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 
 def is_count(value: Any) -> bool:
     """Whether a split size is a count of samples: an int (a float is always a fraction)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return is_int(value)
 
 
 def validate_split_size(value: Any, name: str) -> None:
@@ -55,11 +56,9 @@ def validate_split_size(value: Any, name: str) -> None:
         TypeError: For a value that is not a number.
         ValueError: For a number outside the accepted range.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name}={value!r} ({type(value).__name__}) is not accepted: "
-            "use a fraction in [0, 1) (a float) or a count of samples >= 0 (an int)."
-        )
+    if not is_number(value):
+        accepted = "a fraction in [0, 1) (a float) or a count of samples >= 0 (an int)"
+        raise rejected(name, value, accepted, TypeError)
     if is_count(value):
         if value < 0:
             raise ValueError(f"{name}={value!r} is not accepted: a count must be >= 0.")
@@ -118,7 +117,9 @@ def split_sizes(n: int, val_split: SplitSize, test_split: SplitSize) -> tuple[in
 
 
 def random_split_indices(n: int, sizes: Sequence[int], seed: int) -> list[torch.Tensor]:
-    """Splits ``range(n)`` with :func:`torch.utils.data.random_split` and a seeded generator.
+    """Splits ``range(n)`` as :func:`torch.utils.data.random_split` does with a seeded
+    generator (one ``randperm``, cut in order): the same indices, without its warning for an
+    empty split (sizes summing to 1 read as fractions), which setup words itself.
 
     Args:
         n: Number of samples.
@@ -129,8 +130,8 @@ def random_split_indices(n: int, sizes: Sequence[int], seed: int) -> list[torch.
         One int64 index tensor per size.
     """
     generator = torch.Generator().manual_seed(seed)
-    parts = random_split(range(n), list(sizes), generator=generator)
-    return [torch.as_tensor(part.indices, dtype=torch.int64) for part in parts]
+    order = torch.randperm(n, generator=generator)
+    return [part.clone() for part in torch.split(order, list(sizes))]
 
 
 def stratified_split_indices(
@@ -333,3 +334,17 @@ def compute_split_indices(
     else:
         parts = random_split_indices(n, sizes, seed)
     return {name: part.sort().values for name, part in zip(SPLIT_NAMES, parts, strict=True)}
+
+
+def empty_split_notes(
+    n: int, asked: Mapping[str, SplitSize], indices: Mapping[str, torch.Tensor]
+) -> list[str]:
+    """What to say of each split asked for (a non-zero ``val_split`` / ``test_split``) that
+    came out empty: a fraction of too few samples rounds to none."""
+    words = {"val": "validation", "test": "test"}
+    return [
+        f"{name}_split={size!r} of {n} sample{'s' if n != 1 else ''} rounds to 0: the "
+        f"{words[name]} split is empty" + (", so there is no validation." if name == "val" else ".")
+        for name, size in asked.items()
+        if size and not len(indices[name])
+    ]

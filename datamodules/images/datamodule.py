@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.checks import ON_ERROR, check_bool, check_on_error, check_path
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
@@ -41,13 +42,12 @@ from datamodules.imaging.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     as_height_width,
+    check_image_arguments,
     default_eval_transforms,
     default_train_transforms,
 )
 
 __all__ = ["BalancedBatchSampler", "ImageFolderDataModule", "ON_ERROR"]
-
-ON_ERROR = ("raise", "skip")
 
 
 class BalancedBatchSampler(IndexBatchSampler):
@@ -137,27 +137,15 @@ class ImageFolderDataModule(NormalizeOnDevice, BaseDataModule):
         if splits is not None and stratify:
             stratify = False  # explicit indices leave nothing to stratify
         super().__init__(**shared_arguments(locals()))
-        for name, value in (("root", root), ("val_root", val_root), ("test_root", test_root)):
-            if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise TypeError(f"{name}={value!r} is not accepted: use a folder path.")
-        height, width = as_height_width(image_size)
-        image_size = image_size if isinstance(image_size, int) else (height, width)
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error={on_error!r} is not accepted: use one of {ON_ERROR}.")
-        for name, stats in (("mean", mean), ("std", std)):
-            if len(stats) != 3:
-                raise ValueError(f"{name}={stats!r} is not accepted: give 3 values (R, G, B).")
-        if any(s <= 0 for s in std):
-            raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
-        if not isinstance(balanced, bool):
-            raise TypeError(f"balanced={balanced!r} is not accepted: use True or False.")
-        self.root = os.fspath(root)
-        self.val_root = None if val_root is None else os.fspath(val_root)
-        self.test_root = None if test_root is None else os.fspath(test_root)
-        self.image_size = image_size
+        self.root = check_path(root, "root", "a folder path")
+        self.val_root = check_path(val_root, "val_root", "a folder path", allow_none=True)
+        self.test_root = check_path(test_root, "test_root", "a folder path", allow_none=True)
+        # A list from a config becomes a pair again; mean and std tuples of floats.
+        self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
+        check_on_error(on_error)
+        check_bool(normalize, "normalize")
+        check_bool(balanced, "balanced")
         self.normalize = normalize
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
         self.on_error = on_error
         self.balanced = balanced
         self.extensions = tuple(extensions)

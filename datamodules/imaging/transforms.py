@@ -27,12 +27,12 @@ transform can replace them (``train_transforms=`` / ``eval_transforms=``).
 from __future__ import annotations
 
 import math
-import numbers
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from datamodules.core.checks import check_mean_std, int_mistake, rejected
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -58,17 +58,22 @@ def as_height_width(size: Size | list[int]) -> tuple[int, int]:
     """``(height, width)`` of an output size: an int is a square's side.
 
     Raises:
-        ValueError: Unless ``size`` is an int >= 1 or a pair of them.
+        TypeError: Neither an int nor a pair (a float, a string, a pair holding one).
+        ValueError: An int < 1, in a pair or alone, or a sequence of another length.
     """
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
-        return size, size
-    pair = isinstance(size, (tuple, list)) and len(size) == 2
-    if pair and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in size):
+    if isinstance(size, (tuple, list)):
+        mistakes = [int_mistake(v, 1) for v in size] if len(size) == 2 else [ValueError]
+        mistake = TypeError if TypeError in mistakes else ValueError if any(mistakes) else None
+    else:
+        mistake = int_mistake(size, 1)
+    if mistake is not None:
+        accepted = (
+            "an int >= 1 (a square's side) or (height, width), as torchvision's transforms take it"
+        )
+        raise rejected("image_size", size, accepted, mistake)
+    if isinstance(size, (tuple, list)):
         return int(size[0]), int(size[1])
-    raise ValueError(
-        f"image_size={size!r} is not accepted: use an int >= 1 (a square's side) or "
-        "(height, width), as torchvision's transforms take it."
-    )
+    return int(size), int(size)
 
 
 def _as_nchw(hwc: torch.Tensor) -> torch.Tensor:
@@ -158,7 +163,9 @@ class RandomResizedCropFlip:
             crop = image.as_strided((h, w, channels), (channels * width, channels, 1), offset)
         else:
             crop = image[:, top : top + h, left : left + w].permute(1, 2, 0)
-        crop = crop.flip(1) if random.random() < self.flip_p else crop.contiguous()
+        # flip() keeps the strides of a dense view (a whole transposed image): copy to HWC.
+        flip = random.random() < self.flip_p
+        crop = (crop.flip(1) if flip else crop).contiguous()
         return resize_hwc(crop, self._hw, out)
 
     def __repr__(self) -> str:
@@ -226,13 +233,20 @@ def default_eval_transforms(image_size: Size) -> ResizeCenterCrop:
     return ResizeCenterCrop(image_size)
 
 
-def check_image_arguments(image_size: Any, mean: Any, std: Any) -> None:
-    """Raises unless ``image_size`` is an int >= 1 or ``(height, width)`` and ``mean`` / ``std``
-    are 3 numbers each (``std`` all > 0), naming the argument, the value and what is accepted."""
-    as_height_width(image_size)
-    for name, stats in (("mean", mean), ("std", std)):
-        listed = isinstance(stats, Sequence) and not isinstance(stats, str)
-        if not listed or len(stats) != 3 or not all(isinstance(s, numbers.Real) for s in stats):
-            raise ValueError(f"{name}={stats!r} is not accepted: give 3 numbers (R, G, B).")
-    if any(s <= 0 for s in std):
-        raise ValueError(f"std={std!r} is not accepted: every value must be > 0.")
+def check_image_arguments(
+    image_size: Any, mean: Any, std: Any
+) -> tuple[Size, tuple[float, ...], tuple[float, ...]]:
+    """Checks ``image_size`` (an int >= 1 or ``(height, width)``) and ``mean`` / ``std`` (3
+    numbers each, ``std`` all > 0; :func:`~datamodules.core.checks.check_mean_std`).
+
+    Returns:
+        ``image_size`` as an int or a ``(height, width)`` tuple (a list from a config becomes a
+        pair again), and ``mean`` and ``std`` as tuples of floats.
+
+    Raises:
+        TypeError, ValueError: A bad value, naming the argument, the value and what is
+            accepted.
+    """
+    height, width = as_height_width(image_size)
+    size = (height, width) if isinstance(image_size, (tuple, list)) else height
+    return (size, *check_mean_std(mean, std))

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from datamodules.core.checks import check_size
 from datamodules.remote.files import is_remote
 from datamodules.remote.pool import PREFETCH, READING, pool
 from datamodules.remote.ranges import download
@@ -42,30 +43,16 @@ from datamodules.remote.retrying import RemoteError, RemoteOptions
 
 __all__ = ["Prefetcher", "ShardCache", "parse_size"]
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
-
 
 def parse_size(value: Any, name: str = "cache_limit") -> int | None:
-    """Bytes from an int or a string such as ``"50GB"`` or ``"512 MiB"`` (None stays None).
+    """Bytes from an int or a string such as ``"50GB"`` or ``"512 MiB"`` (None stays None):
+    :func:`~datamodules.core.checks.check_size`, which says what is accepted.
 
     Raises:
-        ValueError: Not a size, naming ``name`` and what is accepted.
+        TypeError: Neither an int nor a string (a float, a bool...), naming ``name``.
+        ValueError: An int <= 0 or a string that is not a size, naming ``name``.
     """
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
-        if match and match.group(2).upper() in _UNITS:
-            size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-            if size > 0:
-                return size
-    raise ValueError(
-        f"{name}={value!r} is not accepted: use a number of bytes > 0 or a string such as "
-        "'50GB', '512MB' or '8GiB'."
-    )
+    return check_size(value, name, allow_none=True)
 
 
 class ShardCache:

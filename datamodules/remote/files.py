@@ -19,6 +19,7 @@ from functools import cache
 from typing import IO, Any
 
 from datamodules.remote.retrying import CutShort, RemoteOptions, call_with_retries
+from datamodules.remote.versions import check_remote
 
 __all__ = [
     "BUFFER",
@@ -119,6 +120,7 @@ class ResumableRemoteFile(io.RawIOBase):
             response = getattr(stream, "r", None)
             length = getattr(response, "content_length", None)
             status = getattr(response, "status", 200)
+            self._check(stream, response, status, length)
             if self.pos and status == 200:  # the server ignored the range: skip to pos
                 skip = self.pos
                 while skip:
@@ -131,10 +133,33 @@ class ResumableRemoteFile(io.RawIOBase):
                 self.end = None if length is None else self.pos + length
         else:
             stream = self.fs.open(self.fpath, "rb")
-            stream.seek(self.pos)
             size = getattr(stream, "size", None)
+            try:  # the version opened is the one indexed (s3fs: the details of its HEAD)
+                check_remote(self.url, size if isinstance(size, int) else None,
+                             getattr(stream, "details", None) or {})  # fmt: skip
+            except BaseException:
+                stream.close()
+                raise
+            stream.seek(self.pos)
             self.end = size if isinstance(size, int) else None
         self.stream = stream
+
+    def _check(self, stream: Any, response: Any, status: int, length: int | None) -> None:
+        """The response is of the version indexed (:mod:`~datamodules.remote.versions`):
+        its total size (``Content-Range``, or the length of a whole body) and validators."""
+        headers = getattr(response, "headers", None) or {}
+        total = None
+        span = headers.get("Content-Range", "")
+        if "/" in span and span.rsplit("/", 1)[1].strip().isdigit():
+            total = int(span.rsplit("/", 1)[1])
+        elif status == 200 and length is not None and not headers.get("Content-Encoding"):
+            total = length
+        try:
+            check_remote(self.url, total, headers)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stream.close()
+            raise
 
     def _reset(self) -> None:
         stream, self.stream = self.stream, None
@@ -188,7 +213,9 @@ def open_seekable_remote(path: str, options: RemoteOptions | None = None) -> IO[
 
     options = options or default_options()
     fs, fpath = call_with_retries(path, options, lambda: remote_fs(path, options))
-    size = call_with_retries(path, options, lambda: fs.info(fpath).get("size"))
+    info = call_with_retries(path, options, lambda: fs.info(fpath))
+    size = info.get("size")
+    check_remote(path, size, info)  # the version indexed (datamodules.remote.versions)
     if size is not None and _serves_ranges(path, fs, fpath, size, options):
         return io.BufferedReader(RangeFile(path, fs, fpath, int(size), options), BUFFER)
     spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115

@@ -33,6 +33,7 @@ from typing import Any
 from datamodules.remote.files import ResumableRemoteFile, remote_fs
 from datamodules.remote.pool import READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
+from datamodules.remote.versions import check_remote
 
 __all__ = ["MAX_PART", "MIN_PART", "READ_AHEAD", "ReadAhead", "RemoteFile", "download", "part_size"]
 
@@ -85,8 +86,9 @@ class RemoteFile:
             self.ranges = True
         elif self.http and self.host in _NO_RANGES:
             self.ranges = False
-        if not self.http and self.size is None:
+        if not self.http:  # (one HEAD, as fsspec's open makes): the size, the version
             info = call_with_retries(url, options, lambda: self.fs.info(self.fpath))
+            check_remote(url, info.get("size"), info)  # the version indexed, if registered
             self.size = int(info["size"])
 
     def fetch(self, part: _Part, sink: Callable[[int, bytes], bool]) -> None:
@@ -174,6 +176,7 @@ class RemoteFile:
                 )  # fmt: skip
             if match.group(3) != "*":
                 self.size = int(match.group(3))
+            self._check(stream, int(match.group(3)) if match.group(3) != "*" else None, headers)
             if self.ranges is None:
                 self.ranges = self.size is not None
                 if self.ranges:
@@ -181,6 +184,8 @@ class RemoteFile:
             if self.size is not None and part.end is not None:
                 part.end = min(part.end, self.size)
         else:  # the whole body: the server ignores ranges
+            whole = None if headers.get("Content-Encoding") else length
+            self._check(stream, whole, headers)
             if length is not None:
                 self.size = length
                 if part.end is not None:
@@ -203,6 +208,16 @@ class RemoteFile:
                 raise
         part.known.set()
         return stream
+
+    def _check(self, stream: Any, total: int | None, headers: Any) -> None:
+        """The response is of the version indexed (:mod:`~datamodules.remote.versions`):
+        its total size and validators; else the stream is closed and ShardChanged raised."""
+        try:
+            check_remote(self.url, total, headers)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stream.close()
+            raise
 
 
 class _Part:

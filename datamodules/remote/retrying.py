@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from datamodules.core.checks import check_int, check_number, rejected
+
 __all__ = [
     "CutShort",
     "RemoteError",
@@ -207,19 +209,16 @@ def check_remote_options(storage_options: Any, retries: Any, timeout: Any) -> Re
     """Checks ``storage_options``, ``retries`` and ``timeout``; returns the read options.
 
     Raises:
-        TypeError: ``storage_options`` is not a dict.
-        ValueError: ``retries`` is not an int >= 0, or ``timeout`` not a number > 0.
+        TypeError: ``storage_options`` is not a dict, ``retries`` not an int, or ``timeout``
+            not a number.
+        ValueError: ``retries`` is < 0, or ``timeout`` <= 0.
     """
     if storage_options is not None and not isinstance(storage_options, Mapping):
-        raise TypeError(
-            f"storage_options={storage_options!r} is not accepted: use a dict of fsspec "
-            "options (e.g. {'endpoint_url': ...}) or None."
-        )
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries={retries!r} is not accepted: use an int >= 0.")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r} is not accepted: use a number of seconds > 0.")
-    return RemoteOptions(dict(storage_options or {}), retries, float(timeout))
+        accepted = "a dict of fsspec options (e.g. {'endpoint_url': ...}) or None"
+        raise rejected("storage_options", storage_options, accepted, TypeError)
+    check_int(retries, "retries", 0)
+    check_number(timeout, "timeout", above=0, what="a number of seconds")
+    return RemoteOptions(dict(storage_options or {}), int(retries), float(timeout))
 
 
 def call_with_retries(

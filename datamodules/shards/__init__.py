@@ -12,19 +12,23 @@ and no data kind, so ``python -m datamodules shards`` and ``index`` never import
   ``[start, stop)`` of any shard.
 * one module per format: :mod:`~datamodules.shards.jsonl`, :mod:`~datamodules.shards.delimited`
   (CSV / TSV), :mod:`~datamodules.shards.txt`, :mod:`~datamodules.shards.parquet`,
-  :mod:`~datamodules.shards.tar` (on :mod:`~datamodules.shards.tar_members`).
+  :mod:`~datamodules.shards.tar` (on :mod:`~datamodules.shards.tar_members`, the archive, and
+  :mod:`~datamodules.shards.tar_fields`, what members decode to).
 * :mod:`~datamodules.shards.lines`: the byte lines of a (compressed, remote) shard.
 * :mod:`~datamodules.shards.errors`: :class:`RecordError`, :class:`ShardError`, ``on_error``.
 * :mod:`~datamodules.shards.shard_index` and :mod:`~datamodules.shards.index`: how many records
   a shard holds and where to seek, cached on disk.
+* :mod:`~datamodules.shards.dataset_index`: dataset indexes (``*.index.json``, webdataset's
+  wids format) that setup reads instead of the shards;
+  :mod:`~datamodules.shards.shared_indexing`: indexing once per job under DDP, an index file
+  fetched once per node; :mod:`~datamodules.shards.index_cli`: ``python -m datamodules index``.
 * :mod:`~datamodules.shards.writer`: :func:`write_shards`;
   :mod:`~datamodules.shards.folder_shards`: ``python -m datamodules shards``.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from datamodules.core.lazy import lazy_exports
 
 __all__ = [
     "FORMATS",
@@ -51,10 +55,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'datamodules.shards' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)

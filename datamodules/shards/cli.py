@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from datamodules.remote.cache import parse_size
+from datamodules.core.checks import check_size
 
 __all__ = ["PROG", "parse_args", "shards_main"]
 
@@ -24,21 +24,50 @@ DESCRIPTION = "an image folder to train and val shards (WebDataset tar or Parque
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The arguments of ``python -m datamodules shards``, checked (exits 2 on bad ones)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    cpus = os.cpu_count() or 1
     parser.add_argument("src", type=Path, help="a folder of class sub-folders of images")
     parser.add_argument("out", type=Path, help="the folder to write the shards into")
-    parser.add_argument("--fmt", choices=("tar", "parquet"), default="tar")
-    parser.add_argument("--max-bytes", default="256MB", help="about this much per shard")
     parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1, help="at most N processes"
+        "--fmt", choices=("tar", "parquet"), default="tar", help="shard format (default: tar)"
     )
-    parser.add_argument("--val-split", type=float, default=0.1, help="fraction (or count) to val")
-    parser.add_argument("--seed", type=int, default=42, help="of the split and the train order")
-    parser.add_argument("--resize", type=int, default=None, help="short side at most N pixels")
-    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of --resize")
+    parser.add_argument(
+        "--max-bytes", default="256MB", metavar="SIZE", help="about SIZE per shard (default: 256MB)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=cpus,
+        metavar="N",
+        help=f"at most N processes (default: the CPU count, {cpus} here)",
+    )
+    parser.add_argument(
+        "--val-split",
+        type=float,
+        default=0.1,
+        metavar="F",
+        help="fraction (or count) of each class to val (default: 0.1)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=42, help="of the split and the train order (default: 42)"
+    )
+    parser.add_argument(
+        "--resize",
+        type=int,
+        default=None,
+        metavar="N",
+        help="re-encode images whose short side exceeds N pixels (default: keep every image)",
+    )
+    parser.add_argument(
+        "--quality",
+        type=int,
+        default=90,
+        metavar="Q",
+        help="JPEG quality of --resize (default: 90)",
+    )
     args = parser.parse_args(list(argv))
     try:
-        args.max_bytes = parse_size(args.max_bytes, "--max-bytes")
-    except ValueError as err:
+        args.max_bytes = check_size(args.max_bytes, "--max-bytes")
+    except (TypeError, ValueError) as err:
         parser.error(str(err))
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: use 1 or more")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from datamodules.core.checks import check_on_error
 from datamodules.core.skipped import where_in
 
 __all__ = [
@@ -52,8 +53,3 @@ class RecordError(ValueError):
 
 class ShardError(RecordError):
     """A shard that cannot be opened, decompressed or parsed as a whole."""
-
-
-def check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")

@@ -17,7 +17,10 @@ val_split=F)`` validates on exactly the images of ``OUT/val-*``. Written:
   as ``jpg``). With ``--fmt parquet``, ``OUT/train-000000.parquet``, ... with the columns
   ``__key__``, ``image`` (Hugging Face's ``Image``) and ``label``;
 * ``OUT/classes.json``: the class names, index by index;
-* ``OUT/shards.json``: what was asked and what each shard holds (a rerun checks it).
+* ``OUT/shards.json``: what was asked and what each shard holds (a rerun checks it);
+* ``OUT/train.index.json`` and ``OUT/val.index.json``: the dataset indexes of the splits
+  (webdataset's wids format, :mod:`~datamodules.shards.dataset_index`), which a
+  StreamingDataModule (and ``wids.ShardListDataset``) reads instead of the shards.
 
 Without ``--resize`` the original bytes are copied. ``--resize N`` re-encodes (JPEG,
 ``--quality``) each image whose short side exceeds N, down to N (FFCV's
@@ -52,6 +55,8 @@ import torch
 from datamodules.core.splits import compute_split_indices
 from datamodules.imaging.decoding import IMG_EXTENSIONS, decode_image
 from datamodules.shards.cli import PROG, parse_args
+from datamodules.shards.dataset_index import write_dataset_index
+from datamodules.shards.index import index_shards
 from datamodules.shards.writer import write_shard
 
 __all__ = ["main", "plan_shards", "run"]
@@ -224,6 +229,11 @@ def run(args: argparse.Namespace) -> int:
     total = sum(len(s["images"]) for s in plan["shards"])
     kept = total - sum(len(s["images"]) for s in todo)
     _write(todo, args, total, kept)
+    for split in ("train", "val"):
+        names = [s["name"] for s in plan["shards"] if s["split"] == split]
+        if names:  # the shards' headers (or footers), scanned on this disk
+            indexes = index_shards([str(args.out / n) for n in names], args.fmt, "skip", False)
+            write_dataset_index(args.out / f"{split}.index.json", indexes, split)
     elapsed = time.perf_counter() - began
     written = total - kept
     counts = {split: sum(len(s["images"]) for s in plan["shards"] if s["split"] == split)
@@ -238,8 +248,8 @@ def run(args: argparse.Namespace) -> int:
     image_key = "image" if args.fmt == "parquet" else ";".join(manifest["image_keys"])
     label_key = "label" if args.fmt == "parquet" else "cls"
     print(
-        f"read them with StreamingDataModule({str(args.out / ('train-*.' + args.fmt))!r}, "
-        f"{str(args.out / ('val-*.' + args.fmt))!r}, image_key={image_key!r}, "
+        f"read them with StreamingDataModule({str(args.out / 'train.index.json')!r}, "
+        f"{str(args.out / 'val.index.json')!r}, image_key={image_key!r}, "
         f"label_key={label_key!r}, classes=json.load(open({str(args.out / 'classes.json')!r})))"
     )
     return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from datamodules.core.checks import check_choice
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.remote.retrying import RemoteOptions
 
@@ -79,8 +80,8 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
                 f"cannot tell the format of shard {path!r} from its extension: use one of "
                 f"{accepted_extensions()}, or pass fmt=."
             )
-    elif fmt not in FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {FORMATS}.")
+    else:
+        check_choice(fmt, "fmt", FORMATS)
     if fmt == "parquet" and compression is not None:
         raise ValueError(f"shard {path!r}: Parquet compresses internally; drop the {compression}.")
     return fmt, compression
@@ -104,9 +105,11 @@ def _known(path: str) -> bool:
 
 
 def accepted_extensions(formats: Iterable[str] = FORMATS) -> str:
-    """The extensions of ``formats``, for error messages: ``".jsonl, .ndjson, ... (the line
-    formats optionally + .gz or .zst)"``."""
+    """The extensions of ``formats``, for error messages: ``".jsonl, .ndjson, ..., .tar (each
+    optionally + .gz or .zst), or .parquet, .pq"``."""
     formats = tuple(formats)
-    names = ", ".join(ext for ext, fmt in EXTENSIONS.items() if fmt in formats)
-    compressed = [f for f in formats if f in LINE_FORMATS or f == "tar"]
-    return names + (" (optionally + .gz or .zst)" if compressed else "")
+    compressible = LINE_FORMATS + ("tar",)
+    packed = ", ".join(e for e, f in EXTENSIONS.items() if f in formats and f in compressible)
+    plain = ", ".join(e for e, f in EXTENSIONS.items() if f in formats and f not in compressible)
+    packed += " (each optionally + .gz or .zst)" if packed else ""
+    return f"{packed}, or {plain}" if packed and plain else packed or plain

@@ -5,7 +5,10 @@ footer, line formats by one pass over the lines, tar by one over the member head
 note the byte offset of every ``every``-th record, so a reader can seek to record ``i``
 without reading the records before it. The result (:class:`ShardIndex`) is cached on disk,
 keyed by path, size and modification time (ETag or Last-Modified for URLs), so each shard is
-scanned once per machine; an in-process memo avoids even that file read.
+scanned once per machine; an in-process memo avoids even that file read. A remote shard's
+index is also remembered by its URL alone and trusted at setup without a request: its version
+is checked when a reader opens it (:mod:`datamodules.remote.versions`), and a changed shard
+has that entry dropped. :func:`remember` keeps an index another rank made.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from dataclasses import asdict
 from typing import Any
 
 from datamodules.core.skipped import Skipped
+from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
+from datamodules.remote.versions import expect
 from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import OnError, ShardError, check_on_error
 from datamodules.shards.formats import detect_format
@@ -32,9 +37,20 @@ from datamodules.shards.parquet import parquet_file
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.shards.tar import scan_tar
 
-__all__ = ["count_records", "default_cache_dir", "index_shard", "index_shards", "scan_lines"]
+__all__ = [
+    "count_records",
+    "default_cache_dir",
+    "index_from_json",
+    "index_shard",
+    "index_shards",
+    "remember",
+    "scan_lines",
+    "trusted_index_file",
+]
 
-_INDEX_VERSION = 3  # 2: size and version of the file; 3: blank .txt lines are not records
+_INDEX_VERSION = 5  # 2: size and version of the file; 3: blank .txt lines are not records;
+# 4: nor are CSV / TSV lines of only whitespace; 5: a tar without its end-of-archive blocks is
+# damaged, tar members decode as webdataset does
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -81,6 +97,13 @@ def index_shard(
     check_on_error(on_error)
     fmt, compression = detect_format(path, fmt)
     mode = on_error if fmt != "parquet" else "raise"
+    trusted = _trusted_file(path, fmt, compression, mode, cache_dir)
+    if trusted is not None:  # a remote shard indexed before: no request (checked when opened)
+        index = _load_file(trusted, path)
+        if index is not None and index.version is not None:
+            if counter is not None:
+                counter.add(index.path, index.skipped, index.problems, index.error)
+            return index
     try:
         fp = file_version(path, options)
     except Exception as err:  # missing file, no such URL, no permission
@@ -88,14 +111,16 @@ def index_shard(
     key = None
     if fp is not None:
         identity = {"version": json.dumps(fp, sort_keys=True), "size": int(fp["size"])}
-        fp.update(fmt=fmt, compression=compression, on_error=mode, version=_INDEX_VERSION)
-        key = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()
+        key = _version_key(fp, fmt, compression, mode)
         index = _MEMO.get(key) or _load_cached(key, cache_dir, path)
         if index is not None:
             _MEMO[key] = index
+            if trusted is not None:
+                _store_file(trusted, index)
             if counter is not None:
                 counter.add(index.path, index.skipped, index.problems, index.error)
             return index
+    expect(path, None)  # what a reader expected of an older version does not bind the scan
     try:
         index = _scan(path, fmt, compression, mode, options)
     except ShardError as err:
@@ -104,9 +129,55 @@ def index_shard(
         index = dataclasses.replace(index, **identity)
         _MEMO[key] = index
         _store_cached(key, cache_dir, index)
+        if trusted is not None:
+            _store_file(trusted, index)
     if counter is not None:
         counter.add(index.path, index.skipped, index.problems, index.error)
     return index
+
+
+def _version_key(fp: dict[str, Any], fmt: str, compression: str | None, mode: str) -> str:
+    """The cache key of one version of a shard (its path, size and mtime or ETag), indexed
+    for ``fmt`` / ``compression`` / ``mode``."""
+    keyed = dict(fp, fmt=fmt, compression=compression, on_error=mode, version=_INDEX_VERSION)
+    return hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
+
+
+def _trusted_file(
+    path: str, fmt: str, compression: str | None, mode: str, cache_dir: Any
+) -> str | None:
+    """Where the index of a remote shard is remembered by its URL alone (None: local shards,
+    which a ``stat`` identifies for free, or no disk cache)."""
+    if not is_remote(path):
+        return None
+    keyed = {"url": path, "fmt": fmt, "compression": compression, "on_error": mode}
+    key = hashlib.sha1(json.dumps(dict(keyed, version=_INDEX_VERSION)).encode()).hexdigest()
+    file = _cache_file(key, cache_dir)
+    return None if file is None else os.path.join(os.path.dirname(file), "url-" + key + ".json")
+
+
+def trusted_index_file(index: ShardIndex, cache_dir: Any = None) -> str | None:
+    """The cache file that remembers a remote shard's index by URL, trusted at setup without a
+    request: a reader that finds the shard changed deletes it (see
+    :mod:`datamodules.remote.versions`)."""
+    return _trusted_file(index.path, index.fmt, index.compression, index.on_error, cache_dir)
+
+
+def remember(index: ShardIndex, cache_dir: str | os.PathLike | bool | None = None) -> None:
+    """Keeps an index made elsewhere (by another rank) in this machine's cache, as if this
+    process had scanned the shard: under its version, and for a remote shard by its URL."""
+    if index.version is None or index.error is not None:
+        return
+    try:
+        fp = json.loads(index.version)
+    except ValueError:
+        return
+    key = _version_key(fp, index.fmt, index.compression, index.on_error)
+    _MEMO[key] = index
+    _store_cached(key, cache_dir, index)
+    trusted = trusted_index_file(index, cache_dir)
+    if trusted is not None:
+        _store_file(trusted, index)
 
 
 def _unreadable(path, fmt, compression, on_error, err, counter) -> ShardIndex:
@@ -131,24 +202,41 @@ def _cache_file(key: str, cache_dir: Any) -> str | None:
 
 def _load_cached(key: str, cache_dir: Any, path: str) -> ShardIndex | None:
     file = _cache_file(key, cache_dir)
-    if file is None or not os.path.exists(file):
+    return None if file is None else _load_file(file, path)
+
+
+def _load_file(file: str, path: str) -> ShardIndex | None:
+    if not os.path.exists(file):
         return None
     try:
         with open(file) as f:
-            data = json.load(f)
-        data["path"] = path
-        for name in ("offsets", "lines", "columns", "bad_offsets"):
-            data[name] = tuple(data.get(name, ()))
-        data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
-        return ShardIndex(**data)
+            return index_from_json(json.load(f), path)
     except (OSError, ValueError, TypeError):
         return None
 
 
+def index_from_json(data: dict[str, Any], path: str | None = None) -> ShardIndex:
+    """A :class:`ShardIndex` from its JSON form (``dataclasses.asdict``), named ``path``.
+
+    Raises:
+        TypeError: Not such a form.
+    """
+    data = dict(data)
+    if path is not None:
+        data["path"] = path
+    for name in ("offsets", "lines", "columns", "bad_offsets"):
+        data[name] = tuple(data.get(name, ()))
+    data["problems"] = tuple(tuple(pair) for pair in data.get("problems", ()))
+    return ShardIndex(**data)
+
+
 def _store_cached(key: str, cache_dir: Any, index: ShardIndex) -> None:
     file = _cache_file(key, cache_dir)
-    if file is None:
-        return
+    if file is not None:
+        _store_file(file, index)
+
+
+def _store_file(file: str, index: ShardIndex) -> None:
     try:
         os.makedirs(os.path.dirname(file), exist_ok=True)
         tmp = f"{file}.{os.getpid()}.{threading.get_ident()}.tmp"

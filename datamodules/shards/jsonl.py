@@ -23,6 +23,8 @@ touches it is collated from records.
 with: orjson first, and the standard library where orjson refuses a line (``NaN``, lone
 surrogates) or might read it otherwise (a number of 19 digits or more, which orjson may read as
 a float outside 64 bits), so that every line reads as ``json.loads`` reads it.
+:func:`numbered_jsonl` is that path with each record's line, for a reader that names records
+by line (text).
 """
 
 from __future__ import annotations
@@ -35,10 +37,17 @@ from itertools import islice
 from typing import Any
 
 from datamodules.core.skipped import Skipped
-from datamodules.shards.errors import RecordError, ShardError
-from datamodules.shards.lines import BOM, ShardLines, bad_record, is_blank
+from datamodules.shards.errors import RecordError
+from datamodules.shards.lines import BOM, ShardLines, is_blank, line_records
 
-__all__ = ["decode_json", "json_reason", "jsonl_blocks", "parse_line", "read_jsonl"]
+__all__ = [
+    "decode_json",
+    "json_reason",
+    "jsonl_blocks",
+    "numbered_jsonl",
+    "parse_line",
+    "read_jsonl",
+]
 
 try:  # a faster parser of one line, when installed
     import orjson
@@ -254,26 +263,12 @@ def json_reason(err: ValueError, raw: bytes) -> str:
 
 def read_jsonl(lines: ShardLines, on_error: str, counter: Skipped | None, check: int = 0):
     """JSONL records (blank lines are not records); line numbers only, for errors."""
-    path, decode, line = lines.path, parse_line, lines.line
-    try:
-        for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
-            if line == 1 and raw.startswith(BOM):
-                raw = raw[3:]
-            if is_blank(raw):
-                continue
-            if check and on_error == "raise":
-                check -= 1
-                continue
-            try:
-                rec = decode(raw)
-            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                bad_record(path, line, json_reason(err, raw), on_error, counter)
-                continue
-            if check:
-                check -= 1
-                continue
-            yield rec
-    except RecordError:
-        raise
-    except Exception as err:  # a corrupt or truncated stream, a dropped connection
-        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+    return line_records(lines, on_error, counter, check, parse_line, json_reason)
+
+
+def numbered_jsonl(
+    lines: ShardLines, on_error: str = "raise", counter: Skipped | None = None
+) -> Iterator[tuple[int, Any]]:
+    """``(line, record)``: the records of :func:`read_jsonl`, each with its 1-based line, for a
+    reader that names a record by where it is in the file (text does)."""
+    return line_records(lines, on_error, counter, 0, parse_line, json_reason, numbered=True)

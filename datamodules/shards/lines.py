@@ -12,14 +12,15 @@ The rules, for every line format (streams and text read the same files the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from datamodules.core.skipped import Skipped
 from datamodules.remote.files import decompress, open_binary
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.errors import RecordError, ShardError
 
-__all__ = ["BOM", "ShardLines", "bad_record", "decoded_lines", "is_blank"]
+__all__ = ["BOM", "ShardLines", "bad_record", "decoded_lines", "is_blank", "line_records"]
 
 #: The UTF-8 byte-order mark, which may open a file and is never part of a record.
 BOM = b"\xef\xbb\xbf"
@@ -94,3 +95,45 @@ def decoded_lines(lines: ShardLines, bad: list[tuple[int, str]]) -> Iterator[str
         except UnicodeDecodeError as err:
             bad.append((lines.line, f"invalid UTF-8: {err}"))
             yield "\n"
+
+
+def line_records(
+    lines: ShardLines,
+    on_error: str,
+    counter: Skipped | None,
+    check: int,
+    parse: Callable[[bytes], Any],
+    reason: Callable[[ValueError, bytes], str],
+    numbered: bool = False,
+) -> Iterator[Any]:
+    """The records of a line shard (JSONL, txt), by the rules above: a BOM dropped, blank lines
+    not records, a line ``parse`` refuses (a ValueError) a bad record named by ``reason``.
+
+    The first ``check`` records are consumed without being yielded: they belong to another
+    reader, which handles their errors, so under ``"raise"`` they are only told apart
+    structurally, without parsing. ``numbered=True`` yields ``(line, record)`` pairs, for a
+    reader that names a record by its 1-based line (text does).
+    """
+    path, line = lines.path, lines.line
+    try:
+        for line, raw in enumerate(lines.f, lines.line + 1):  # noqa: B007
+            if line == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if is_blank(raw):
+                continue
+            if check and on_error == "raise":
+                check -= 1
+                continue
+            try:
+                record = parse(raw)
+            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+                bad_record(path, line, reason(err, raw), on_error, counter)
+                continue
+            if check:
+                check -= 1
+                continue
+            yield (line, record) if numbered else record
+    except RecordError:
+        raise
+    except Exception as err:  # a corrupt or truncated stream, a dropped connection
+        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err

@@ -36,6 +36,10 @@ class ShardIndex:
         columns: Parquet only: the names of the file's columns (for checking ``columns=``).
         bad_offsets: Tar shards under ``on_error="skip"``: the byte offsets where the records
             left out start, so that a reader starting anywhere leaves out the same ones.
+        listed_in: The dataset index file (``*.index.json``) this came from, if any: named
+            when the shard no longer matches it.
+        counted_only: The index gave only the record count (an index another tool wrote):
+            a reader starts at the shard's beginning and finds bad records itself.
     """
 
     path: str
@@ -53,3 +57,5 @@ class ShardIndex:
     version: str | None = None
     columns: tuple[str, ...] = ()
     bad_offsets: tuple[int, ...] = ()
+    listed_in: str | None = None
+    counted_only: bool = False

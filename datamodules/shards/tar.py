@@ -5,17 +5,21 @@ Convention (webdataset's):
 * A member ``a/b.c.jpg`` has the key ``a/b`` (its path up to the first dot of its basename)
   and the extension ``c.jpg`` (the rest, lower-cased). A record is the run of adjacent members
   with one key: ``{"__key__": "a/b", "__url__": shard, "c.jpg": value, ...}``.
-* Values are decoded by the last part of the extension: ``cls``, ``cls2``, ``index``, ``id``
-  -> int; ``txt``, ``text`` -> str; ``json`` -> parsed; anything else stays bytes. ``pyd``,
-  ``pickle`` and ``pth`` members are refused: nothing is ever unpickled.
+* Values are decoded by the last part of the extension as webdataset's ``.decode()`` decodes
+  them (:mod:`~datamodules.shards.tar_fields`): ``cls`` ... -> int, ``txt`` ... -> str,
+  ``json`` -> parsed, ``npy`` -> an array, ``mp`` -> unpacked (with msgpack installed),
+  ``X.gz`` -> decompressed and decoded as ``X``; anything else stays bytes. ``pyd``,
+  ``pickle``, ``pkl`` and ``pth`` members are refused: nothing is ever unpickled.
 * Members named ``__*__`` (metadata), members without an extension and non-file members
   (directories, links) are not part of any record.
 
 A record is bad when a member of it does not decode, is refused, repeats an extension of the
 record, or when its key already named an earlier record of the shard (its members are not
-adjacent). The archive is damaged where a header is corrupt or the file ends inside a header
-or a member: the records before stay readable, the record holding a cut member is bad and
-nothing after the damage can be read. Under ``on_error="raise"`` indexing the shard raises,
+adjacent). The archive is damaged where a header is corrupt or the file ends anywhere but
+after its two end-of-archive zero blocks (inside a header, a member's data or padding, right
+after a member): the records before stay readable, the record open at the damage is bad (a
+member of it is cut, or its later members may be lost) and nothing after the damage can be
+read. Under ``on_error="raise"`` indexing the shard raises,
 naming the shard and the member or key; under ``"skip"`` bad records are left out and
 counted, and the index remembers where they start so that every reader, from any offset,
 leaves out the same ones.
@@ -23,12 +27,11 @@ leaves out the same ones.
 :func:`scan_tar` indexes a shard (record count, the offset of every 16th record, the bad
 records); :func:`read_tar` yields its records ``[start, stop)``, seeking to the nearest
 indexed offset. Compressed shards (``.tar.gz``, ``.tgz``, ``.tar.zst``) are read from the
-beginning. :func:`encode_field` is the encoding in reverse, for :func:`write_shards`.
+beginning.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -39,14 +42,28 @@ from datamodules.remote.files import decompress, is_remote, local_path, open_bin
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.shard_index import ShardIndex
+from datamodules.shards.tar_fields import (
+    INT_EXTENSIONS,
+    REFUSED_EXTENSIONS,
+    TEXT_EXTENSIONS,
+    decode_field,
+    encode_field,
+    typed,
+)
 from datamodules.shards.tar_members import TarDamage, TarMembers
 
-__all__ = ["decode_field", "encode_field", "read_tar", "scan_tar", "split_name"]
+__all__ = [
+    "INT_EXTENSIONS",
+    "REFUSED_EXTENSIONS",
+    "TEXT_EXTENSIONS",
+    "decode_field",
+    "encode_field",
+    "read_tar",
+    "scan_tar",
+    "split_name",
+]
 
 EVERY = 16  # the index keeps the offset of every 16th record
-INT_EXTENSIONS = ("cls", "cls2", "index", "id")
-TEXT_EXTENSIONS = ("txt", "text")
-REFUSED_EXTENSIONS = ("pyd", "pickle", "pth")
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META = re.compile(r"__[^/]*__($|/)")
 
@@ -60,78 +77,6 @@ def split_name(name: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return match.group(1), match.group(2).lower()
-
-
-def _kind(ext: str) -> str:
-    last = ext.rsplit(".", 1)[-1]
-    if last in INT_EXTENSIONS:
-        return "int"
-    if last in TEXT_EXTENSIONS:
-        return "text"
-    if last == "json":
-        return "json"
-    if last in REFUSED_EXTENSIONS:
-        return "refused"
-    return "bytes"
-
-
-def decode_field(ext: str, data: bytes) -> Any:
-    """A member's value from its bytes, by the last part of its extension.
-
-    Raises:
-        ValueError: The bytes do not decode (the message says why), or the extension is a
-            pickle one (refused).
-    """
-    kind = _kind(ext)
-    if kind == "bytes":
-        return data
-    if kind == "int":
-        try:
-            return int(data)
-        except ValueError:
-            raise ValueError(f"not an integer: {data[:40]!r}") from None
-    if kind == "refused":
-        raise ValueError(f"a .{ext} member would be unpickled; pickled data is refused")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"invalid UTF-8: {err}") from None
-    if kind == "text":
-        return text
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise ValueError(f"invalid JSON: {err}") from None
-
-
-def encode_field(ext: str, value: Any) -> bytes:
-    """The bytes of a member with extension ``ext`` holding ``value`` (:func:`decode_field`
-    in reverse): ints for ``cls``/``cls2``/``index``/``id``, str for ``txt``/``text``, any JSON
-    value for ``json``; other extensions take bytes, a str (UTF-8) or a Hugging Face image
-    ``{"bytes": ..., "path": ...}``.
-
-    Raises:
-        TypeError: The value does not fit the extension.
-        ValueError: A pickle extension (refused).
-    """
-    kind = _kind(ext)
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"a .{ext} field holds an int, got {type(value).__name__}")
-        return str(value).encode("ascii")
-    if kind == "json":
-        return json.dumps(value, ensure_ascii=False).encode("utf-8")
-    if kind == "refused":
-        raise ValueError(f".{ext} fields would need pickling; pickled data is refused")
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if kind == "text":
-        raise TypeError(f"a .{ext} field holds a str, got {type(value).__name__}")
-    if isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray)):
-        value = value["bytes"]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"a .{ext} field holds bytes or a str, got {type(value).__name__}")
 
 
 # ---------------------------------------------------------------------------- grouping
@@ -158,15 +103,22 @@ def _groups(
 
     ``wanted(ext)`` says which members' data to read and decode (the others are stepped
     over); ``seen`` collects keys to find one that repeats (None: do not check). A damaged
-    archive ends the groups: a group whose member was cut is yielded with its problem, then
-    :class:`TarDamage` is raised.
+    archive ends the groups: the group open at the damage (a member of it cut, or members of
+    it perhaps lost after the damage) is yielded with the damage as its problem and marks the
+    damage counted, then :class:`TarDamage` is raised.
     """
     group: _Group | None = None
     while True:
         try:
             member = members.next()
-        except TarDamage:
+        except TarDamage as damage:
             if group is not None:
+                if not damage.at_end:  # members of the open record may be lost
+                    reason = damage.reason
+                    if damage.member is not None and repr(damage.member) not in reason:
+                        reason += f" in member {damage.member!r}"
+                    group.problem = f"{reason}; the record may lack members"
+                    damage.counted = True
                 yield group
             raise
         if member is None:
@@ -197,15 +149,14 @@ def _groups(
                 members.skip()
                 group.fields[ext] = None
         except TarDamage as damage:
-            group.problem = f"member {member.name!r} is cut: {damage.reason}"
+            group.problem = damage.reason
+            if damage.member not in damage.reason:  # a cut compressed stream
+                group.problem = f"member {member.name!r} is cut: {damage.reason}"
+            damage.counted = True
             yield group
             raise
     if group is not None:
         yield group
-
-
-def _small(ext: str) -> bool:
-    return _kind(ext) != "bytes"
 
 
 def _size(path: str, compression: str | None) -> int | None:
@@ -233,12 +184,19 @@ def _damage(path: str, damage: TarDamage) -> RecordError:
                       f"damaged tar archive at byte {damage.offset}: {damage.reason}")  # fmt: skip
 
 
+def _lost(damage: TarDamage) -> str:
+    """What a skip counter says of damage that no record it cut stands for."""
+    where = f" (member {damage.member!r})" if damage.member else ""
+    lost = "the records before it are whole" if damage.at_end else "nothing after it is read"
+    return f"damaged tar archive: {damage.reason}{where}; {lost}"
+
+
 def scan_tar(
     path: str, compression: str | None, on_error: str, options: RemoteOptions | None = None
 ) -> ShardIndex:
     """Indexes a tar shard: its good records, the offset of every 16th, where bad ones start.
 
-    Every member with a typed extension (int, text, JSON, refused) is read and decoded;
+    Every member whose decoding can fail (all but plain bytes) is read and decoded;
     bytes members are stepped over (a seek in a local uncompressed file).
 
     Raises:
@@ -254,7 +212,7 @@ def scan_tar(
     members = TarMembers(stream, 0, _size(path, compression))
     try:
         try:
-            for group in _groups(members, _small, set()):
+            for group in _groups(members, typed, set()):
                 if group.problem is not None:
                     if on_error == "raise":
                         raise RecordError(path, f"key {group.key!r}", group.problem)
@@ -267,8 +225,8 @@ def scan_tar(
         except TarDamage as damage:
             if on_error == "raise":
                 raise _damage(path, damage) from damage
-            if not damage.in_data:  # the cut member's record was counted above
-                skips.record(path, f"byte {damage.offset}", f"damaged tar archive: {damage}")
+            if not damage.counted:  # else the record it cut was counted above
+                skips.record(path, f"byte {damage.offset}", _lost(damage))
         except OSError as err:  # a dropped connection, an unreadable file
             reason = f"cannot read shard ({type(err).__name__}: {err})"
             raise ShardError(path, None, reason) from err
@@ -329,7 +287,7 @@ def read_tar(
     wanted = fields or (lambda ext: True)
 
     def read_member(ext: str) -> bool:  # the records skipped to reach ``start`` are not decoded
-        return (skip == 0 and wanted(ext)) or (bad is None and _small(ext))
+        return (skip == 0 and wanted(ext)) or (bad is None and typed(ext))
 
     shard = index.path if index is not None else path  # a cached copy is named as its URL
     raw, stream = _open(path, compression, offset, options, getattr(index, "size", None))
@@ -360,8 +318,8 @@ def read_tar(
     except TarDamage as damage:
         if on_error == "raise":
             raise _damage(shard, damage) from damage
-        if bad is None and counter is not None and not damage.in_data:
-            counter.record(shard, f"byte {damage.offset}", f"damaged tar archive: {damage}")
+        if bad is None and counter is not None and not damage.counted:
+            counter.record(shard, f"byte {damage.offset}", _lost(damage))
     except OSError as err:
         raise ShardError(shard, None, f"cannot read shard ({type(err).__name__}: {err})") from err
     finally:

@@ -8,7 +8,10 @@ knows the byte offset of every header, which is what the index stores.
 
 Directories, links and other non-file members are stepped over; a pax global header is
 ignored. A header whose checksum does not match, a size that does not parse, or an archive
-that ends inside a header or a member's data raise :class:`TarDamage`, which says where.
+that ends anywhere but after its two end-of-archive zero blocks (inside a header, a member's
+data or padding, right after a member, or inside the end blocks) raise :class:`TarDamage`,
+which says where. GNU tar and webdataset accept a file that simply stops after a member's
+padding; it is also what a copy cut at a block boundary looks like, so it is damage here too.
 """
 
 from __future__ import annotations
@@ -31,11 +34,20 @@ class TarDamage(Exception):
         offset: Byte offset (in the uncompressed archive) where the damage is.
         member: The member being read, if its header was read.
         reason: What is wrong.
-        in_data: True when the damage is in the data of ``member`` (its header was whole).
+        in_data: True when the damage is in the data or padding of ``member`` (its header
+            was whole).
+        at_end: True when the damage is in the end-of-archive blocks: every member before
+            it is whole.
+        counted: Set by a reader once a record lost to this damage was reported (so that
+            the damage itself is not counted again).
     """
 
-    def __init__(self, offset: int, member: str | None, reason: str, in_data: bool) -> None:
+    def __init__(
+        self, offset: int, member: str | None, reason: str, in_data: bool, at_end: bool = False
+    ) -> None:
         self.offset, self.member, self.reason, self.in_data = offset, member, reason, in_data
+        self.at_end = at_end
+        self.counted = False
         where = f"member {member!r}" if member is not None else f"byte {offset}"
         super().__init__(f"{where}: {reason}")
 
@@ -126,15 +138,10 @@ class TarMembers:
             reason = f"the compressed stream is cut or corrupt ({type(err).__name__}: {err})"
             raise TarDamage(self.pos, member, reason, in_data) from err
 
-    def _exact(self, n: int, what: str, member: str | None, in_data: bool) -> bytes:
-        data = self._read(n, member, in_data)
+    def _exact(self, n: int, part: str, member: str) -> bytes:
+        data = self._read(n, member, True)
         if len(data) != n:
-            raise TarDamage(
-                self.pos + len(data),
-                member,
-                f"the archive ends inside {what} ({len(data)} of {n} bytes)",
-                in_data,
-            )
+            raise TarDamage(self.pos + len(data), member, _cut(member, part, len(data), n), True)
         self.pos += n
         return data
 
@@ -142,16 +149,27 @@ class TarMembers:
         return f" after member {self.previous!r}" if self.previous else ""
 
     def _header(self) -> bytes | None:
-        """The next header block; None at a clean end (end-of-archive blocks or end of file)."""
+        """The next header block; None at the end-of-archive blocks (two zero blocks)."""
         block = self._read(BLOCK, None, False)
         if len(block) != BLOCK:
             if not block:
-                return None
-            reason = (
-                f"the archive ends inside a header{self._after()} ({len(block)} of {BLOCK} bytes)"
-            )
+                reason = f"the archive ends{self._after()} without its end-of-archive blocks"
+            elif block.count(0) == len(block):  # a header's name starts with a non-zero byte
+                reason = f"the archive ends inside its end-of-archive blocks{self._after()}"
+                raise TarDamage(self.pos, None, reason, False, at_end=True)
+            else:
+                got = f"{len(block)} of {BLOCK} bytes"
+                reason = f"the archive ends inside a header{self._after()} ({got})"
             raise TarDamage(self.pos, None, reason, False)
-        if block.count(0) == BLOCK:  # the end-of-archive marker
+        if block.count(0) == BLOCK:  # the end-of-archive marker: a second zero block follows
+            second = self._read(BLOCK, None, False)
+            if len(second) != BLOCK or second.count(0) != BLOCK:
+                reason = (
+                    f"the archive ends inside its end-of-archive blocks{self._after()}"
+                    if len(second) < BLOCK
+                    else f"a lone zero block{self._after()}, not the two end-of-archive blocks"
+                )
+                raise TarDamage(self.pos + BLOCK, None, reason, False, at_end=True)
             return None
         if self.verify:
             stored = block[148:156]
@@ -187,8 +205,8 @@ class TarMembers:
                 self.pos = header_at
                 raise TarDamage(header_at, name, "corrupt header (bad size field)", False)
             if kind in (b"x", b"L", b"g", b"K"):
-                data = self._exact(size, f"the extended header of {name!r}", name, True)
-                self._padding(size)
+                data = self._exact(size, "extended header", name)
+                self._padding(size, name)
                 if kind == b"x":
                     pax = _pax(data)
                 elif kind == b"L":
@@ -208,8 +226,8 @@ class TarMembers:
         """The current member's data."""
         member = self.member
         assert member is not None
-        data = self._exact(member.size, f"the data of {member.name!r}", member.name, True)
-        self._padding(member.size)
+        data = self._exact(member.size, "data", member.name)
+        self._padding(member.size, member.name)
         self.previous = member.name
         return data
 
@@ -225,13 +243,10 @@ class TarMembers:
         if self.size is not None:
             if self.pos + size > self.size:
                 got = max(self.size - self.pos, 0)
-                raise TarDamage(
-                    self.size,
-                    name,
-                    f"the archive ends inside the data of {name!r} ({got} of {size} bytes)",
-                    True,
-                )
-            padded = min(padded, self.size - self.pos)
+                raise TarDamage(self.size, name, _cut(name, "data", got, size), True)
+            if self.pos + padded > self.size:
+                got = self.size - self.pos - size
+                raise TarDamage(self.size, name, _cut(name, "padding", got, padded - size), True)
             self.stream.seek(padded, os.SEEK_CUR)
             self.pos += padded
             return
@@ -239,15 +254,19 @@ class TarMembers:
         while left:
             chunk = self._read(min(left, _SKIP_CHUNK), name, True)
             if not chunk:
-                got = f"{size - left} of {size} bytes"
-                reason = f"the archive ends inside the data of {name!r} ({got})"
-                raise TarDamage(self.pos, name, reason, True)
+                raise TarDamage(self.pos, name, _cut(name, "data", size - left, size), True)
             left -= len(chunk)
             self.pos += len(chunk)
-        self._padding(size)
+        self._padding(size, name)
 
-    def _padding(self, size: int) -> None:
-        # A file cut right after a member's data (its padding missing) ends there cleanly.
+    def _padding(self, size: int, name: str) -> None:
         pad = -size % BLOCK
         if pad:
-            self.pos += len(self._read(pad, self.previous, True))
+            got = len(self._read(pad, name, True))
+            self.pos += got
+            if got != pad:  # cut after the data: the record's later members are gone
+                raise TarDamage(self.pos, name, _cut(name, "padding", got, pad), True)
+
+
+def _cut(member: str, part: str, got: int, size: int) -> str:
+    return f"the archive ends inside member {member!r} (in its {part}, {got} of {size} bytes)"

@@ -9,8 +9,9 @@ name, and a glob never picks one up).
 * **tar**: WebDataset's layout, readable by ``webdataset.WebDataset`` and by this library
   (:mod:`datamodules.shards.tar`). A record is a dict with ``"__key__"`` (its name: no dot
   in the part after the last ``/``) and fields named by extension, encoded by
-  :func:`~datamodules.shards.tar.encode_field` (ints for ``cls``, str for ``txt``, any
-  JSON value for ``json``, bytes for the rest). Other ``__*__`` fields (such as ``__url__``
+  :func:`~datamodules.shards.tar_fields.encode_field` (ints for ``cls``, str for ``txt``,
+  any JSON value for ``json``, an array for ``npy``, ``X.gz`` compressed, bytes for the
+  rest). Other ``__*__`` fields (such as ``__url__``
   of a record read from a shard) are not written. Member times and owners are fixed, so the
   same records always give the same bytes.
 * **parquet**: one row per record, written in row groups of at most 16 MB (or 4,096 rows).
@@ -20,6 +21,11 @@ name, and a glob never picks one up).
   "parquet", ...)`` gives PIL images; it is stored without compression or statistics (the
   bytes are compressed already).
 * **jsonl**: one JSON object per line (bytes cannot be written: use tar or Parquet).
+
+Beside the shards, ``{prefix}.index.json`` lists them with their record counts, sizes and seek
+offsets (webdataset's wids shard index, :mod:`~datamodules.shards.dataset_index`), noted while
+they were written: ``StreamingDataModule(train_files="out/shard.index.json")`` and
+``wids.ShardListDataset("out/shard.index.json")`` read it instead of any shard.
 """
 
 from __future__ import annotations
@@ -31,11 +37,24 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from datamodules.core.checks import check_choice, check_int, check_size, check_string, rejected
 from datamodules.imaging.decoding import is_image_bytes
-from datamodules.remote.cache import parse_size
-from datamodules.shards.tar import encode_field, split_name
+from datamodules.shards.dataset_index import write_dataset_index
+from datamodules.shards.shard_index import ShardIndex
+from datamodules.shards.tar import EVERY as TAR_EVERY
+from datamodules.shards.tar import split_name
+from datamodules.shards.tar_fields import encode_field
 
-__all__ = ["write_shard", "write_shards"]
+__all__ = ["index_path", "write_shard", "write_shards"]
+
+#: A seek offset every this many JSONL records (as :mod:`~datamodules.shards.index` keeps).
+LINE_EVERY = 1024
+
+
+def index_path(out_dir: str | os.PathLike, prefix: str = "shard") -> Path:
+    """Where :func:`write_shards` writes the dataset index: ``out_dir/{prefix}.index.json``."""
+    return Path(out_dir) / f"{prefix}.index.json"
+
 
 SHARD_FORMATS = ("tar", "parquet", "jsonl")
 ROW_GROUP_BYTES = 16 << 20
@@ -52,7 +71,8 @@ def write_shards(
     max_records: int | None = None,
     prefix: str = "shard",
 ) -> list[str]:
-    """Writes records into shards of at most ``max_bytes``; returns the shards' paths.
+    """Writes records into shards of at most ``max_bytes``, and their dataset index
+    ``{prefix}.index.json`` (:func:`index_path`); returns the shards' paths.
 
     Args:
         records: Dicts. tar: ``"__key__"`` plus fields named by extension (``"jpg"``,
@@ -67,26 +87,24 @@ def write_shards(
         prefix: Shards are named ``{prefix}-{k:06d}.{fmt}``.
 
     Returns:
-        The paths written, in order (an empty list for no records).
+        The paths written, in order (an empty list for no records, and no index).
 
     Raises:
         ValueError, TypeError: A bad argument, or a record that cannot be written (naming
             the record and the field).
     """
-    if fmt not in SHARD_FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use one of {SHARD_FORMATS}.")
-    limit = parse_size(max_bytes, "max_bytes")
+    check_choice(fmt, "fmt", SHARD_FORMATS)
+    limit = check_size(max_bytes, "max_bytes")
     assert limit is not None
-    if max_records is not None and (
-        isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
-    ):
-        raise ValueError(f"max_records={max_records!r} is not accepted: use an int >= 1 or None.")
-    if not isinstance(prefix, str) or not prefix or "/" in prefix or os.sep in prefix:
-        raise ValueError(f"prefix={prefix!r} is not accepted: use a file name prefix.")
+    check_int(max_records, "max_records", 1, allow_none=True)
+    check_string(prefix, "prefix", "a file name prefix")
+    if "/" in prefix or os.sep in prefix:
+        raise rejected("prefix", prefix, "a file name prefix")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     writer_class = _SHARDS[fmt]
     paths: list[str] = []
+    indexes: list[ShardIndex] = []
     shard: Shard | None = None
     try:
         for number, record in enumerate(records):
@@ -99,16 +117,20 @@ def write_shards(
             )
             if shard is not None and full:
                 paths.append(shard.close())
+                indexes.append(shard.index())
                 shard = None
             if shard is None:
                 shard = writer_class(out / f"{prefix}-{len(paths):06d}.{fmt}")
             shard.add(encoded, size, number)
         if shard is not None:
             paths.append(shard.close())
+            indexes.append(shard.index())
             shard = None
     finally:
         if shard is not None:
             shard.abort()
+    if indexes:
+        write_dataset_index(index_path(out, prefix), indexes, prefix)
     return paths
 
 
@@ -135,6 +157,9 @@ class Shard:
 
     #: Bytes the format adds once per shard (counted against ``max_bytes``).
     overhead = 0
+    #: Its format, and a seek offset every this many records (0: none kept).
+    fmt = ""
+    every = 0
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -142,6 +167,31 @@ class Shard:
         self.file = open(self.tmp, "wb", buffering=1 << 20)  # noqa: SIM115 (closed by close / abort)
         self.records = 0
         self.bytes = 0
+        #: Byte offsets of every ``every``-th record, as a reader's index keeps them.
+        self.offsets: list[int] = []
+
+    def note_start(self) -> None:
+        """Notes where the record about to be written starts (for its seek offset)."""
+        if self.every and self.records % self.every == 0:
+            self.offsets.append(self.file.tell())
+
+    def index(self) -> ShardIndex:
+        """The closed shard's index, as :func:`~datamodules.shards.index.index_shard` would
+        find it (its records are all good: the writer checked them)."""
+        every = self.every if len(self.offsets) > 1 else 0
+        return ShardIndex(
+            str(self.path), self.fmt, None, "raise", self.records, every=every,
+            offsets=tuple(self.offsets) if every else (), lines=self.lines() if every else (),
+            size=self.path.stat().st_size, columns=self.columns(),
+        )  # fmt: skip
+
+    def lines(self) -> tuple[int, ...]:
+        """The line of each offset (line formats)."""
+        return ()
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns (Parquet)."""
+        return ()
 
     @staticmethod
     def encode(record: Mapping[str, Any], number: int) -> tuple[Any, int]:
@@ -195,6 +245,7 @@ class TarShard(Shard):
     """A WebDataset tar shard (pax headers, as Python's ``tarfile`` writes them)."""
 
     overhead = 2 * BLOCK  # the end-of-archive marker
+    fmt, every = "tar", TAR_EVERY
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
@@ -239,6 +290,7 @@ class TarShard(Shard):
                 "would refuse the shard."
             )
         self.keys.add(key)
+        self.note_start()
         write = self.file.write
         for header, data in members:
             write(header)
@@ -253,6 +305,8 @@ class TarShard(Shard):
 class JsonlShard(Shard):
     """A JSON Lines shard."""
 
+    fmt, every = "jsonl", LINE_EVERY
+
     @staticmethod
     def encode(record: Mapping[str, Any], number: int) -> tuple[Any, int]:
         try:
@@ -265,7 +319,11 @@ class JsonlShard(Shard):
         return line, len(line)
 
     def write(self, encoded: Any, number: int) -> None:
+        self.note_start()
         self.file.write(encoded)
+
+    def lines(self) -> tuple[int, ...]:
+        return tuple(k * self.every + 1 for k in range(len(self.offsets)))
 
 
 def _value_size(value: Any) -> int:
@@ -292,6 +350,8 @@ def _image_column(values: list[Any]) -> bool:
 
 class ParquetShard(Shard):
     """A Parquet shard, written a row group at a time; image columns as Hugging Face's."""
+
+    fmt = "parquet"
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
@@ -373,6 +433,9 @@ class ParquetShard(Shard):
         self._flush()
         if self.writer is not None:
             self.writer.close()
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.schema.names) if self.schema is not None else ()
 
 
 _SHARDS: dict[str, type[Shard]] = {"tar": TarShard, "parquet": ParquetShard, "jsonl": JsonlShard}

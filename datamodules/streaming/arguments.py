@@ -7,8 +7,16 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from datamodules.core.checks import (
+    check_callable,
+    check_choice,
+    check_int,
+    check_on_error,
+    check_path,
+    check_size,
+    check_string,
+)
 from datamodules.core.hardware import TUNE
-from datamodules.remote.cache import parse_size
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import check_not_pipe
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
@@ -56,20 +64,14 @@ def check_files(value: Any, name: str) -> list[str] | list[Source] | None:
     return paths
 
 
-def check_callable(value: Any, name: str) -> None:
-    """Raises unless ``value`` is callable or None."""
-    if value is not None and not callable(value):
-        raise TypeError(f"{name}={value!r} is not accepted: use a callable or None.")
-
-
 def check_stream_split_arguments(dm: Any) -> None:
     """Refuses the shared arguments that do not apply to a stream (random splits, the tuner)."""
     for name, value in (("val_split", dm.val_split), ("test_split", dm.test_split)):
-        if value != 0 and not (name == "val_split" and value == 0.1):  # 0.1: base default
+        if value != 0:
             raise ValueError(
                 f"{name}={value!r} does not apply to StreamingDataModule: a stream is not "
                 f"split at random; give the records as {name[:-6]}_files= instead (leave "
-                f"{name} unset or 0)."
+                f"{name} at its default, 0)."
             )
     if dm.explicit_splits is not None or dm.stratify:
         name = "splits" if dm.explicit_splits is not None else "stratify"
@@ -110,14 +112,10 @@ def check_stream_arguments(
             "StreamingDataModule needs data: train_files= (paths, URLs or a glob of "
             ".jsonl/.txt/.csv/.parquet shards) or dataset_factory=."
         )
-    if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int):
-        raise TypeError(f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0.")
-    if shuffle_buffer < 0:
-        raise ValueError(f"shuffle_buffer={shuffle_buffer!r} is not accepted: use an int >= 0.")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"fmt={fmt!r} is not accepted: use None or one of {FORMATS}.")
+    # None: the default of plain or image records
+    check_int(shuffle_buffer, "shuffle_buffer", 0, allow_none=True)
+    check_on_error(on_error)
+    check_choice(fmt, "fmt", FORMATS, allow_none=True)
     if columns is not None and (
         isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
     ):
@@ -135,12 +133,9 @@ def remote_options(
 ) -> tuple[RemoteOptions, int | None]:  # fmt: skip
     """Checks the remote-shard arguments; returns the read options and the cache limit."""
     options = check_remote_options(storage_options, retries, timeout)
-    prefetch = prefetch_shards
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch_shards={prefetch_shards!r} is not accepted: use an int >= 0.")
-    if not isinstance(cache_dir, (str, os.PathLike, type(None))):
-        raise TypeError(f"cache_dir={cache_dir!r} is not accepted: use a directory or None.")
-    limit = parse_size(cache_limit)
+    check_int(prefetch_shards, "prefetch_shards", 0)
+    check_path(cache_dir, "cache_dir", "a directory or None", allow_none=True)
+    limit = check_size(cache_limit, "cache_limit", allow_none=True)
     if limit is not None and cache_dir is None:
         raise ValueError(f"cache_limit={cache_limit!r} needs cache_dir= (where shards are kept).")
     return options, limit
@@ -151,15 +146,13 @@ def check_mixing(files: dict[str, Any], epoch_size: Any, source_key: Any) -> Non
     train = files.get("train")
     mixed_train = bool(train) and isinstance(train[0], Source)
     if epoch_size is not None:
-        if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
-            raise ValueError(f"epoch_size={epoch_size!r} is not accepted: use an int >= 1.")
+        check_int(epoch_size, "epoch_size", 1)
         if not mixed_train or train[0].weight is None:
             raise ValueError(
                 f"epoch_size={epoch_size!r} splits an epoch between weighted sources: give "
                 "train_files=[Source(..., weight=...), ...] (or leave epoch_size unset)."
             )
-    if source_key is not None and (not isinstance(source_key, str) or not source_key):
-        raise ValueError(f"source_key={source_key!r} is not accepted: use a field name or None.")
+    check_string(source_key, "source_key", "a field name or None", allow_none=True)
     for split, given in files.items():
         weighted = given and any(
             getattr(s, "weight", None) is not None or getattr(s, "repeat", None) is not None

@@ -42,7 +42,7 @@ What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
   reported in the log and the summary.
 
 Random splits do not apply to a stream: validation and test records come from ``val_files`` /
-``test_files``. ``val_split`` and ``test_split`` may stay at their defaults (or 0); any other
+``test_files``. ``val_split`` and ``test_split`` are 0 (their defaults here); any other
 value, ``splits`` or ``stratify=True`` raise.
 
 Extension points:
@@ -84,7 +84,13 @@ from datamodules.streaming.engine.batching import Chain, stream_collate
 from datamodules.streaming.engine.loader import StreamLoader
 from datamodules.streaming.engine.mixing import Source
 from datamodules.streaming.engine.stream import ShardedStream
-from datamodules.streaming.image_records import IMAGENET_MEAN, IMAGENET_STD, StreamImages
+from datamodules.streaming.image_records import (
+    IMAGE_SHUFFLE_BUFFER,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RECORD_SHUFFLE_BUFFER,
+    StreamImages,
+)
 from datamodules.streaming.inspection import StreamInspection
 from datamodules.streaming.loaders import StreamLoaders
 from datamodules.streaming.splits import SplitSource, StreamSplits
@@ -118,7 +124,10 @@ class StreamingDataModule(
             (before ``train_transforms`` / ``eval_transforms``, which then act on samples).
         collate: ``list of samples -> batch``; default :func:`stream_collate`.
         shuffle_buffer: Records each worker holds to shuffle the train split (0 or 1: only the
-            shard order is shuffled). Memory grows with ``num_workers x shuffle_buffer``.
+            shard order is shuffled). Memory grows with ``num_workers x shuffle_buffer``, and a
+            worker's first batch waits until its buffer is full. None: 10,000 records, or
+            1,000 image records (``image_key``: larger, and a full buffer of them is slow to
+            fill from remote shards; measured in the images-at-scale guide).
         on_error: ``"raise"``: a bad record or unreadable shard raises, naming shard and line.
             ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
             every record once, in ``setup``.
@@ -168,8 +177,8 @@ class StreamingDataModule(
             number of batches under DDP (or DDP may hang), and shuffle. Its loaders have no
             length and no resumable position: Lightning then warns that a mid-epoch resume
             restarts the epoch.
-        val_split: Does not apply to a stream (records of the validation split come from
-            ``val_files``): leave it unset or 0. The same holds for ``test_split``,
+        val_split: 0: a stream is not split at random (records of the validation split come
+            from ``val_files``); any other value raises. The same holds for ``test_split``,
             ``splits`` and ``stratify``.
         num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts local
             shards as CPU work (parsing or decoding: the CPUs of this rank) and remote shards
@@ -196,7 +205,7 @@ class StreamingDataModule(
         *,
         transform: Callable[[Any], Any] | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
-        shuffle_buffer: int = 10_000,
+        shuffle_buffer: int | None = None,
         on_error: str = "raise",
         fmt: str | None = None,
         columns: Sequence[str] | None = None,
@@ -218,8 +227,8 @@ class StreamingDataModule(
         std: Sequence[float] = IMAGENET_STD,
         dataset_factory: Callable[[str, int, int], IterableDataset | None] | None = None,
         batch_size: int = 32,
-        val_split: int | float = 0.1,
-        test_split: int | float = 0.0,
+        val_split: int | float = 0,
+        test_split: int | float = 0,
         split_seed: int = 42,
         splits: Mapping[str, Any] | None = None,
         stratify: bool = False,
@@ -267,6 +276,8 @@ class StreamingDataModule(
         self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
         self.transform = transform
         self.collate_fn = collate
+        if shuffle_buffer is None:
+            shuffle_buffer = IMAGE_SHUFFLE_BUFFER if self.image_keys else RECORD_SHUFFLE_BUFFER
         self.shuffle_buffer = shuffle_buffer
         self.on_error = on_error
         self.fmt = fmt

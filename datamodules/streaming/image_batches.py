@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from collates.records import collate_records
+from datamodules.core.checks import is_int
 from datamodules.core.skipped import SkipChannel
 from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
@@ -182,7 +183,7 @@ class ImageRecordCollate:
                 more = f" and {len(self.classes) - 10} more" if len(self.classes) > 10 else ""
                 raise _Bad(f"label {value!r} is not one of classes ({shown}{more})")
             return index
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise _Bad(f"label {value!r} is a {type(value).__name__}: use ints or strings")
         if value < 0 or (self.classes is not None and value >= len(self.classes)):
             top = "" if self.classes is None else f", < {len(self.classes)} (len(classes))"

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from datamodules.core.checks import check_bool, check_string, is_int, rejected
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.imaging.normalize import NormalizeOnDevice
 from datamodules.imaging.transforms import (
@@ -35,18 +36,24 @@ from datamodules.shards.parquet import read_parquet
 from datamodules.shards.tar import read_tar
 from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
 
-__all__ = ["StreamImages", "check_image_records"]
+__all__ = ["IMAGE_SHUFFLE_BUFFER", "RECORD_SHUFFLE_BUFFER", "StreamImages", "check_image_records"]
+
+#: ``shuffle_buffer=None`` for plain records: they are small.
+RECORD_SHUFFLE_BUFFER = 10_000
+#: ``shuffle_buffer=None`` for image records, by measurement (``bench_shuffle_buffer.py``,
+#: figures in the images-at-scale guide): a batch already mixes 10.8 of 12 shards (11.9 at
+#: 5,000 and up), the first batch comes as soon as with no buffer (5,000: 2 s later here), and
+#: a worker holds 110 MB of ImageNet-sized JPEGs (10,000: 1.1 GB).
+IMAGE_SHUFFLE_BUFFER = 1000
 
 _DEFAULTS = {"label_key": "cls", "classes": None, "image_size": 224, "normalize": True}
 
 
 def _image_keys(image_key: Any) -> tuple[str, ...]:
-    keys = tuple(k.strip() for k in image_key.split(";")) if isinstance(image_key, str) else ()
-    if not keys or not all(keys) or len(set(keys)) != len(keys):
-        raise ValueError(
-            f"image_key={image_key!r} is not accepted: use a field name such as 'jpg', or "
-            "alternatives tried in order, 'jpg;png;webp'."
-        )
+    accepted = "a field name such as 'jpg', or alternatives tried in order, 'jpg;png;webp'"
+    keys = tuple(k.strip() for k in check_string(image_key, "image_key", accepted).split(";"))
+    if not all(keys) or len(set(keys)) != len(keys):
+        raise rejected("image_key", image_key, accepted)
     return keys
 
 
@@ -79,8 +86,7 @@ def check_image_records(
             )
         return (), None
     keys = _image_keys(image_key)
-    if label_key is not None and (not isinstance(label_key, str) or not label_key):
-        raise ValueError(f"label_key={label_key!r} is not accepted: use a field name or None.")
+    check_string(label_key, "label_key", "a field name or None", allow_none=True)
     if label_key in keys:
         raise ValueError(f"label_key={label_key!r} is also in image_key={image_key!r}.")
     names = None
@@ -95,8 +101,7 @@ def check_image_records(
         if label_key is None:
             raise ValueError("classes= maps labels to indices: it needs label_key= too.")
     check_image_arguments(image_size, mean, std)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize={normalize!r} is not accepted: use True or False.")
+    check_bool(normalize, "normalize")
     if collate is not None:
         raise ValueError(
             "collate= does not apply with image_key=: image records are batched as "
@@ -124,11 +129,9 @@ class StreamImages(NormalizeOnDevice):
         self.label_key = label_key if keys else None
         self._class_names = names
         self._num_classes: int | None = None
-        height, width = as_height_width(image_size)  # a list from a config: a pair again
-        self.image_size = image_size if isinstance(image_size, int) else (height, width)
+        # A list from a config becomes a pair again; mean and std tuples of floats.
+        self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
         self.normalize = normalize
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
         self._image_skips: SkipChannel | None = None
         self._warned_epoch: int | None = None
         if keys:
@@ -191,8 +194,8 @@ class StreamImages(NormalizeOnDevice):
                                 f"{shard.path}: label {label!r} is a string: give classes=[...]"
                                 " to map names to indices."
                             )
-                        if isinstance(label, int) and not isinstance(label, bool):
-                            top = max(top, label)
+                        if is_int(label):
+                            top = max(top, int(label))
             self._num_classes = top + 1
         return self._num_classes
 

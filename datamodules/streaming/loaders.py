@@ -17,8 +17,9 @@ from datamodules.core.base import FEW_WORKERS_WARNING
 from datamodules.core.hardware import AUTO
 from datamodules.core.quiet import HeldFilters
 from datamodules.remote.cache import ShardCache
+from datamodules.shards.dataset_index import shard_formats
 from datamodules.streaming.engine.batching import factory_loader
-from datamodules.streaming.engine.columnar import reads_columns
+from datamodules.streaming.engine.columnar import columnar_reason
 from datamodules.streaming.engine.loader import StreamLoader, gathered_prefetch
 from datamodules.streaming.engine.readers import ShardReader, SliceReader
 from datamodules.streaming.engine.stream import ShardedStream
@@ -52,18 +53,18 @@ class StreamLoaders:
         """
         shards = self._index(split)
         train = split == "train"
+        # (path, count) pairs: a dataset index of a million shards makes no object per shard.
+        listed: list[Any] = list(zip(shards.paths, shards.counts, strict=True))
         if self._custom_reader():
             reader: Any = SliceReader(self._detached().read_shard)
-            listed: list[Any] = [(s.path, s.count) for s in shards]
         else:
             cache = None
             if self.cache_dir is not None:
                 cache = ShardCache(self.cache_dir, self.cache_limit, self.remote)
             reader = ShardReader(
-                {s.path: s for s in shards}, self.on_error, self.columns, self.remote, cache,
-                self.prefetch_shards,
+                shards, self.on_error, self.columns, self.remote, cache, self.prefetch_shards,
+                index_cache=self.index_cache,
             )  # fmt: skip
-            listed = shards
         reader, transform, collate = self.stream_parts(split, reader)
         mix = self.mixes.get(split)
         trainer = self._trainer()
@@ -93,7 +94,10 @@ class StreamLoaders:
             on_error=self.on_error,
             sources=None if mix is None else [m.engine() for m in mix],
             source_key=self.source_key,
-            columnar=reads_columns(shards, reader, transform, collate),
+            columnar=columnar_reason(
+                shard_formats(shards), hasattr(reader, "blocks"), transform, collate
+            )
+            is None,
         )
 
     def make_loader(self, split: str) -> DataLoader | None:

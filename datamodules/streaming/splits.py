@@ -2,23 +2,38 @@
 
 :class:`StreamSplits` is mixed into :class:`~datamodules.StreamingDataModule`. ``setup`` lists
 each split's shards (globs, directories, URLs; ``storage_options`` reach fsspec) and indexes
-them once (record counts and seek offsets, cached on disk). A split given as a list of
-:class:`~datamodules.streaming.engine.mixing.Source` keeps, beside its flat shard list, each
-source's shards and its quota of records per epoch (:attr:`StreamSplits.mixes`).
+them once (record counts and seek offsets, cached on disk). A dataset index file
+(``*.index.json``, :mod:`~datamodules.shards.dataset_index`) among them gives its shards'
+counts and offsets without reading any shard. Under DDP, ``setup(stage)`` is collective, as
+the Trainer calls it on every rank: each shard is scanned by one rank and the results shared
+(:mod:`~datamodules.shards.shared_indexing`), and a remote index file is fetched once per node.
+A split given as a list of :class:`~datamodules.streaming.engine.mixing.Source` keeps, beside
+its flat shard list, each source's shards and its quota of records per epoch
+(:attr:`StreamSplits.mixes`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from datamodules.core.skipped import Skipped
+from datamodules.remote.listing import expand_files as list_files
+from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex, index_shards
+from datamodules.shards.shared_indexing import (
+    gather,
+    index_shards_shared,
+    process_group,
+    read_index_file,
+)
 from datamodules.streaming.engine.mixing import Source, StreamSource, quotas
 
 __all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
@@ -53,18 +68,27 @@ class SplitSource:
         return StreamSource(self.source.label, self.shards, self.quota)
 
 
+def _paths(part: Any) -> list[str]:
+    return part.paths if isinstance(part, ShardTable) else part
+
+
 class StreamSplits:
     """Listing and indexing the splits of a :class:`~datamodules.StreamingDataModule` (a mixin)."""
 
     files: dict[str, Any]
-    shards: dict[str, list[ShardIndex]]
+    shards: dict[str, ShardTable]
     skipped: Skipped
+    #: True while ``setup(stage)`` runs: indexing may then be shared by the ranks.
+    _collective = False
 
     def setup(self, stage: str | None = None) -> None:
         """Lists and indexes the shards of the splits ``stage`` needs (every split for None).
 
         Each split is indexed once per DataModule (and each shard once per machine, through
-        the index cache); later calls return at once.
+        the index cache); later calls return at once. A dataset index file among the files
+        is read instead of its shards. Under DDP, ``setup(stage)`` with a stage is
+        collective (the Trainer calls it on every rank): each shard is scanned by one rank
+        and the indexes shared; ``setup()`` without a stage indexes on this rank alone.
 
         Raises:
             ValueError: A ``*_files`` argument matches nothing, the train shards hold no
@@ -72,14 +96,69 @@ class StreamSplits:
         """
         if self.dataset_factory is not None:
             return
-        for split in STAGE_SPLITS.get(stage or "", SPLITS):
-            self._index(split)
-
-    def _list(self, given: Any, name: str) -> list[str]:
+        splits = STAGE_SPLITS.get(stage or "", SPLITS)
+        if stage is None or process_group() is None:
+            for split in splits:
+                self._index(split)
+            return
+        # Every rank takes the same collective steps: which splits some rank still needs.
+        needed = gather(lambda: [s for s in splits if s not in self.shards])
+        todo = [s for s in splits if any(s in need for need in needed)]
+        self._collective = True
         try:
-            return expand_files(given, self.remote)
+            for split in todo:
+                self.shards.pop(split, None)
+                self.mixes.pop(split, None)
+                self._index(split)
+        finally:
+            self._collective = False
+
+    def _list(self, given: Any, name: str) -> list[Any]:
+        """The shards of a ``*_files`` value in order, as parts: lists of paths to index, and
+        :class:`ShardTable` s of the dataset index files among them."""
+        items = [given] if isinstance(given, (str, os.PathLike)) else list(given)
+        parts: list[Any] = []
+        plain: list[str] = []
+        try:
+            for item in items:
+                text = os.fspath(item)
+                if not is_index_spec(text):
+                    plain.append(text)
+                    continue
+                if plain:
+                    parts.append(expand_files(plain, self.remote))
+                    plain = []
+                for spec in list_files(text, self.remote, what="dataset index"):
+                    parts.append(self._read_index(spec))
+            if plain:
+                parts.append(expand_files(plain, self.remote))
         except ValueError as err:
             raise ValueError(f"{name}={given!r}: {err}") from err
+        return parts
+
+    def _read_index(self, spec: str) -> ShardTable:
+        data = read_index_file(spec, self.remote, self.index_cache, self._collective)
+        return parse_dataset_index(data, spec, self.fmt, self.on_error)
+
+    def _index_parts(self, parts: list[Any], name: str) -> ShardTable:
+        """Indexes the listed parts (a dataset index's shards are known already) and joins
+        them into one table, refusing a shard listed twice."""
+        tables = []
+        for part in parts:
+            if isinstance(part, ShardTable):
+                tables.append(part)
+                for k in part.flagged:
+                    index = part[k]
+                    self.skipped.add(index.path, index.skipped, index.problems, index.error)
+            else:
+                tables.append(ShardTable.of(self._index_paths(part, name)))
+        shards = ShardTable.join(tables)
+        if len(tables) > 1 and len(set(shards.paths)) != len(shards.paths):
+            seen: set[str] = set()
+            twice = next(p for p in shards.paths if p in seen or seen.add(p))
+            raise ValueError(f"{name}: shard {twice!r} is listed twice; its records would be "
+                             "read twice.")  # fmt: skip
+        return shards
 
     def _index_paths(self, paths: list[str], name: str) -> list[ShardIndex]:
         if self._custom_reader():
@@ -87,27 +166,33 @@ class StreamSplits:
                 ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
             ]
         counter = Skipped()
-        shards = index_shards(
-            paths, self.fmt, self.on_error, self.index_cache, counter, options=self.remote
-        )
+        if self._collective and process_group() is not None:  # one rank scans each shard
+            shards = index_shards_shared(
+                paths, self.fmt, self.on_error, self.index_cache, counter, self.remote
+            )
+        else:
+            shards = index_shards(
+                paths, self.fmt, self.on_error, self.index_cache, counter, options=self.remote
+            )
         if counter.counts or counter.unreadable:
             for index in shards:
                 self.skipped.add(index.path, index.skipped, index.problems, index.error)
             rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
         return shards
 
-    def _index(self, split: str) -> list[ShardIndex]:
+    def _index(self, split: str) -> ShardTable:
         if split in self.shards:
             return self.shards[split]
         given = self.files[split]
         if given is None:
-            self.shards[split] = []
-            return []
+            self.shards[split] = ShardTable([], [], [].__getitem__)
+            return self.shards[split]
         name = f"{split}_files"
         if isinstance(given[0], Source):
             listed = [self._list(source.files, f"{name} ({source.label})") for source in given]
+            owned = [[p for part in parts for p in _paths(part)] for parts in listed]
             owner: dict[str, str] = {}
-            for source, paths in zip(given, listed, strict=True):
+            for source, paths in zip(given, owned, strict=True):
                 for path in paths:
                     if path in owner:
                         raise ValueError(
@@ -115,19 +200,19 @@ class StreamSplits:
                             f"{source.label!r}; give each shard to one source."
                         )
                     owner[path] = source.label
-            shards = self._index_paths([p for paths in listed for p in paths], name)
-            self.mixes[split] = self._mix(split, given, listed, shards)
+            shards = self._index_parts([p for parts in listed for p in parts], name)
+            self.mixes[split] = self._mix(split, given, owned, shards)
         else:
-            shards = self._index_paths(self._list(given, name), name)
+            shards = self._index_parts(self._list(given, name), name)
         self._check_columns(shards, name)
-        total = sum(s.count for s in shards)
+        total = sum(shards.counts)
         if not total:
             if split == "train":
                 raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
             rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
         self.shards[split] = shards
         if split == "train":
-            self.fingerprint = self._fingerprint()
+            self.__dict__["_fingerprint_due"] = True  # (see fingerprint)
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
@@ -136,8 +221,8 @@ class StreamSplits:
         if not wanted:
             return
         for shard in shards:
-            if shard.fmt != "parquet" or shard.error is not None:
-                continue
+            if shard.fmt != "parquet" or shard.error is not None or not shard.columns:
+                continue  # (an index another tool wrote does not list columns)
             missing = [c for c in wanted if c not in shard.columns]
             if missing:
                 raise ValueError(
@@ -146,11 +231,11 @@ class StreamSplits:
                 )
 
     def _mix(
-        self, split: str, given: list[Source], listed: list[list[str]], shards: list[ShardIndex]
+        self, split: str, given: list[Source], listed: list[list[str]], shards: ShardTable
     ) -> list[SplitSource]:
-        position = {s.path: k for k, s in enumerate(shards)}
+        position = {p: k for k, p in enumerate(shards.paths)}
         owned = [tuple(position[p] for p in paths) for paths in listed]
-        records = [sum(shards[k].count for k in own) for own in owned]
+        records = [sum(shards.counts[k] for k in own) for own in owned]
         # Evaluation splits read every source once.
         quota = quotas(given, records, self.epoch_size) if split == "train" else records
         return [
@@ -158,15 +243,32 @@ class StreamSplits:
             for s, own, n, q in zip(given, owned, records, quota, strict=True)
         ]
 
-    def _fingerprint(self) -> str | None:
+    @property
+    def fingerprint(self) -> str | None:
+        """What the train split is: its shards, their record counts and the sources' quotas
+        (a checkpoint holds it; a resume over other data is refused). Worked out when first
+        asked, not in ``setup``: over a million shards it takes a second."""
+        state = self.__dict__
+        if state.get("_fingerprint_due"):
+            state["_fingerprint_due"] = False
+            state["_fingerprint"] = self._train_fingerprint()
+        return state.get("_fingerprint")
+
+    @fingerprint.setter
+    def fingerprint(self, value: str | None) -> None:
+        self.__dict__.update(_fingerprint_due=False, _fingerprint=value)
+
+    def _train_fingerprint(self) -> str | None:
         shards = self.shards.get("train")
         if not shards:
             return None
-        listing: list[Any] = [[s.path, s.count] for s in shards]
+        # The text of json.dumps([[path, count], ...] + [mix]), a million pairs in C loops.
+        pairs = map("[{}, {}]".format, map(encode_basestring_ascii, shards.paths), shards.counts)
+        text = "[" + ", ".join(pairs)
         mix = self.mixes.get("train")
         if mix is not None:  # the quotas shape the epochs as much as the shards do
-            listing.append([[m.source.label, list(m.shards), m.quota] for m in mix])
-        return hashlib.sha1(json.dumps(listing).encode()).hexdigest()[:16]
+            text += ", " + json.dumps([[m.source.label, list(m.shards), m.quota] for m in mix])
+        return hashlib.sha1((text + "]").encode()).hexdigest()[:16]
 
     def split_size(self, split: str) -> int:
         """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
@@ -175,7 +277,7 @@ class StreamSplits:
             raise TypeError("the size of a dataset_factory split is not known in advance.")
         shards = self._index(split)
         mix = self.mixes.get(split)
-        return sum(m.quota for m in mix) if mix is not None else sum(s.count for s in shards)
+        return sum(m.quota for m in mix) if mix is not None else sum(shards.counts)
 
     def _has(self, split: str) -> bool:
         if self.dataset_factory is not None:

@@ -3,7 +3,7 @@
 * :mod:`~datamodules.text.datamodule`: the DataModule.
 * :mod:`~datamodules.text.arguments`: its argument checks.
 * :mod:`~datamodules.text.corpus`: where each split's documents come from.
-* :mod:`~datamodules.text.inputs`: input files (formats, compression, remote), read in chunks.
+* :mod:`~datamodules.text.inputs`: input files, read in chunks through the shard layer.
 * :mod:`~datamodules.text.readers`: texts and labels in memory, from lists or files read whole.
 * :mod:`~datamodules.text.store` / :mod:`~datamodules.text.store_build`: the token store, a
   corpus tokenized once and memory-mapped, and how it is built.

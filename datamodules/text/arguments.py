@@ -7,13 +7,11 @@ conflicts (labels, a token budget).
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Sequence
 from typing import Any
 
 from collates.packing import PACK_MODES
 from datamodules.core.buckets import BATCH_BY
-from datamodules.core.checks import check_bool
+from datamodules.core.checks import check_bool, check_choice, check_int, rejected
 from datamodules.text.vocab import LEVELS
 
 __all__ = [
@@ -25,21 +23,12 @@ __all__ = [
 ]
 
 SIDES = ("left", "right")
-
-
-def check_choice(value: Any, name: str, choices: Sequence[str]) -> None:
-    """Raises a ValueError unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        accepted = " or ".join(repr(c) for c in choices)
-        raise ValueError(f"{name}={value!r} is not accepted: use {accepted}.")
+_TOKENS = " with batch_by='tokens'"
 
 
 def check_optional_int(value: Any, name: str, minimum: int) -> None:
-    """Raises a ValueError unless ``value`` is None or an int >= ``minimum``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use None or an int >= {minimum}.")
+    """:func:`~datamodules.core.checks.check_int` that also accepts None."""
+    check_int(value, name, minimum, allow_none=True)
 
 
 def check_text_arguments(
@@ -80,11 +69,11 @@ def check_text_arguments(
             "str -> list[int], or an object with encode() (Hugging Face tokenizers)."
         )
     check_bool(lowercase, "lowercase")
-    check_optional_int(min_freq, "min_freq", 1)
-    check_optional_int(pad_id, "pad_id", 0)
-    check_optional_int(max_length, "max_length", 1)
-    check_optional_int(pad_to_multiple_of, "pad_to_multiple_of", 1)
-    check_optional_int(pool_batches, "pool_batches", 1)
+    check_int(min_freq, "min_freq", 1, allow_none=True)
+    check_int(pad_id, "pad_id", 0, allow_none=True)
+    check_int(max_length, "max_length", 1, allow_none=True)
+    check_int(pad_to_multiple_of, "pad_to_multiple_of", 1, allow_none=True)
+    check_int(pool_batches, "pool_batches", 1, allow_none=True)
     check_choice(truncation_side, "truncation_side", SIDES)
     check_choice(padding_side, "padding_side", SIDES)
     check_choice(batch_by, "batch_by", BATCH_BY)
@@ -97,11 +86,10 @@ def check_text_arguments(
         )
     check_packing_arguments(packing, seq_length, pack_mode, batch_by, labelled)
     if batch_by == "tokens":
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(
-                f"max_tokens={max_tokens!r} is not accepted with batch_by='tokens': use an "
-                "int >= 1 (the budget of batch size x longest sample)."
-            )
+        budget = "(the budget of batch size x longest sample)"
+        if max_tokens is None:  # needed by batch_by: a conflict of arguments, not a type
+            raise rejected("max_tokens", None, f"an int >= 1 {budget}", when=_TOKENS)
+        check_int(max_tokens, "max_tokens", 1, when=_TOKENS, note=budget)
         if drop_last:
             raise ValueError("drop_last=True is not accepted with batch_by='tokens'.")
         if shuffle and not bucket:
@@ -139,11 +127,10 @@ def check_packing_arguments(
                 "packing=True: set packing=True or drop them."
             )
         return
-    if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
-        raise ValueError(
-            f"seq_length={seq_length!r} is not accepted with packing=True: use an int >= 1 "
-            "(tokens per packed row)."
-        )
+    row = "(tokens per packed row)"
+    if seq_length is None:  # needed by packing: a conflict of arguments, not a type
+        raise rejected("seq_length", None, f"an int >= 1 {row}", when=" with packing=True")
+    check_int(seq_length, "seq_length", 1, when=" with packing=True", note=row)
     check_choice(pack_mode, "pack_mode", PACK_MODES)
     if labelled:
         raise ValueError(

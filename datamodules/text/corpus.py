@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from datamodules.core.checks import check_int, check_path
 from datamodules.core.samplers import current_rank_and_world
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
@@ -131,17 +132,7 @@ class TextCorpus:
                 f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
                 f"{default_token_cache()}) or False (tokenize in memory at every setup)."
             )
-        if not (
-            tokenize_workers == "auto"
-            or (
-                isinstance(tokenize_workers, int)
-                and not isinstance(tokenize_workers, bool)
-                and tokenize_workers >= 0
-            )
-        ):
-            raise ValueError(
-                f"tokenize_workers={tokenize_workers!r} is not accepted: use 'auto' or an int >= 0."
-            )
+        check_int(tokenize_workers, "tokenize_workers", 0, words=("auto",))
         self.token_cache, self.tokenize_workers = token_cache, tokenize_workers
         self._check_token_file_arguments(token_files, dtype, eos_id, vocab_size)
         if (
@@ -160,19 +151,17 @@ class TextCorpus:
     def _check_token_file_arguments(
         self, token_files: Any, dtype: Any, eos_id: Any, vocab_size: Any
     ) -> None:
-        if token_files is not None and not isinstance(token_files, (str, os.PathLike)):
-            raise TypeError(
-                f"token_files={token_files!r} is not accepted: use the path of one Megatron "
-                "dataset prefix (.bin + .idx) or one flat token file (.bin / .npy)."
-            )
-        self.token_files = None if token_files is None else os.fspath(token_files)
+        self.token_files = check_path(
+            token_files,
+            "token_files",
+            "the path of one Megatron dataset prefix (.bin + .idx) or one flat token file "
+            "(.bin / .npy)",
+            allow_none=True,
+        )
         if dtype is not None and str(dtype) not in FLAT_DTYPES:
             raise ValueError(f"dtype={dtype!r} is not accepted: use None or one of {FLAT_DTYPES}.")
-        for name, value, low in (("eos_id", eos_id, 0), ("vocab_size", vocab_size, 1)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < low
-            ):
-                raise ValueError(f"{name}={value!r} is not accepted: use None or an int >= {low}.")
+        check_int(eos_id, "eos_id", 0, allow_none=True)
+        check_int(vocab_size, "vocab_size", 1, allow_none=True)
         if token_files is None and (dtype is not None or eos_id is not None):
             raise ValueError(
                 "dtype= and eos_id= describe token_files=: give token_files or drop them."
@@ -195,7 +184,9 @@ class TextCorpus:
         memory (or the split has no input of its own)."""
         if split == "train":
             if self.token_files is not None:
-                return read_token_files(self.token_files, self.dtype, self.eos_id)
+                return read_token_files(
+                    self.token_files, self.dtype, self.eos_id, self.declared_vocab_size
+                )
             if self.dataset_input is not None:
                 return self._dataset_store(self.dataset_input)
         files = self.files[split]

@@ -33,6 +33,7 @@ import torch
 
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
@@ -49,6 +50,8 @@ from datamodules.text.packing import (
     check_packable,
 )
 from datamodules.text.readers import TextRecords, records_from_memory
+from datamodules.text.token_checks import check_vocab
+from datamodules.text.token_files import TokenFile
 from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
@@ -101,8 +104,9 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
             token store; labels from its ``label_key`` column, when it has one).
         labels: One int or string label per text, or None.
         train_file: A path or URL, a glob, a directory, or a list of them, instead of
-            ``texts``: ``.jsonl``, ``.csv``, ``.tsv`` or ``.txt`` files (each optionally
-            ``.gz`` / ``.zst``) and ``.parquet`` (see :mod:`datamodules.text.inputs`).
+            ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
+            optionally ``.gz`` / ``.zst``) and ``.parquet`` / ``.pq``, read through the shard
+            layer (see :mod:`datamodules.text.inputs`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
@@ -217,9 +221,8 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
-        for name, key in (("text_key", text_key), ("label_key", label_key)):
-            if not isinstance(key, str) and not (name == "label_key" and key is None):
-                raise TypeError(f"{name}={key!r} is not accepted: use a string.")
+        check_string(text_key, "text_key", "a string", allow_empty=True)
+        check_string(label_key, "label_key", "a string or None", allow_none=True, allow_empty=True)
         check_text_arguments(
             tokenizer=tokenizer,
             lowercase=lowercase,
@@ -447,7 +450,11 @@ class TextDataModule(TextCorpus, TextLabels, TextInspection, BaseDataModule):
             return len(self.vocab)
         declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
         if self._max_id is None:
-            self._max_id = max((_max_id(s) for s in self._sources), default=-1)
+            tops = [(_max_id(s), s) for s in self._sources]
+            for top, source in tops:  # vocab_size= is the size: an id above it is an error
+                if self.tokenizer is None and isinstance(source, TokenFile):
+                    check_vocab(source.name, top, self.declared_vocab_size)
+            self._max_id = max((top for top, _ in tops), default=-1)
         return max(declared or 0, self._max_id + 1, self.pad_id + 1)
 
     # ------------------------------------------------------------------ state

@@ -27,11 +27,12 @@ class TextInspection:
         """The tokenizer, the token buffer, the labels and the batching (for ``summary()``)."""
         if not self._sources:
             return []
-        name = (
-            f"{self.tokenizer}-level vocabulary"
-            if self.vocab
-            else describe_tokenizer(self.tokenizer)
-        )
+        if self.vocab:
+            name = f"{self.tokenizer}-level vocabulary"
+        elif self.tokenizer is None:  # token_files: the ids are read as they are
+            name = f"none ({getattr(self.dataset, 'kind', 'pre-tokenized')} token_files)"
+        else:
+            name = describe_tokenizer(self.tokenizer)
         lengths = torch.cat([s.encoded.lengths for s in self._sources]).float()
         lines = [
             f"  tokenizer: {name}, vocab_size={self.vocab_size}, pad_id={self.pad_id}, "

@@ -17,19 +17,25 @@
   last one are a document too).
 
 A file whose size or header does not match what it should be raises a ``ValueError`` naming
-the file and what was expected.
+the file and what was expected. So do ids that do not fit: a sample of every file is checked
+against the dtype's usual range and ``vocab_size`` (and a flat file for wider ids read as
+narrow ones), see :mod:`datamodules.text.token_checks`; a flat file's largest id is checked
+exactly, in the pass that looks for ``eos_id``. An ``eos_id`` that never occurs warns (the
+file is then one document).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import warnings
 from typing import Any
 
 import numpy as np
 
 from datamodules.text.encoding import EncodedTexts
 from datamodules.text.store import map_tokens
+from datamodules.text.token_checks import check_ids, check_vocab
 
 __all__ = [
     "FLAT_DTYPES",
@@ -56,8 +62,10 @@ MEGATRON_DTYPES = {
 }
 FLAT_DTYPES = ("uint8", "uint16", "int16", "uint32", "int32", "int64")
 _HEADER = struct.Struct("<9sQBQQ")
-#: Tokens scanned at a time when looking for ``eos_id`` (bounded temporary memory).
-SCAN = 1 << 24
+#: Tokens scanned at a time when looking for ``eos_id`` and the largest id: small enough for
+#: both to find the slice in the CPU's cache (a 1 GB uint16 file: 0.66 s for both, 0.59 s for
+#: ``eos_id`` alone, where 1 << 24 took 1.1 s).
+SCAN = 1 << 18
 
 
 class TokenFile:
@@ -68,12 +76,20 @@ class TokenFile:
         tokens: The mapped token ids.
         offsets: Per document its first token, and the total at the end (documents + 1).
         kind: ``"megatron"`` or ``"flat"``.
+        max_id: The largest id, when a pass over the tokens found it (None: not known).
     """
 
     labels = None
 
-    def __init__(self, name: str, tokens: np.ndarray, offsets: np.ndarray, kind: str) -> None:
-        self.name, self.kind = name, kind
+    def __init__(
+        self,
+        name: str,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        kind: str,
+        max_id: int | None = None,
+    ) -> None:
+        self.name, self.kind, self.max_id = name, kind, max_id
         lengths = np.diff(offsets)
         self.encoded = EncodedTexts(tokens, lengths, None, offsets=offsets)
 
@@ -102,15 +118,16 @@ def megatron_paths(path: str) -> tuple[str, str] | None:
     return None
 
 
-def read_megatron(path: str) -> TokenFile:
+def read_megatron(path: str, vocab_size: int | None = None) -> TokenFile:
     """Maps a Megatron-LM indexed dataset (see the module docstring).
 
     Raises:
-        ValueError: A header or size that does not match, naming the file and what was expected.
+        ValueError: A header or size that does not match, naming the file and what was
+            expected, or sampled ids outside the usual range or ``vocab_size``.
     """
     found = megatron_paths(path)
     if found is None:
-        raise FileNotFoundError(f"token_files={path!r}: no {path}.bin with a {path}.idx beside it.")
+        raise FileNotFoundError(_missing(path))
     bin_path, idx_path = found
     with open(idx_path, "rb") as f:
         header = f.read(_HEADER.size)
@@ -178,18 +195,30 @@ def read_megatron(path: str) -> TokenFile:
     np.cumsum(lengths, out=seq_offsets[1:])
     offsets = seq_offsets[np.asarray(doc_index)]
     tokens = map_tokens(bin_path, dtype, total)
+    check_ids(bin_path, tokens, vocab_size, given=False, exact_later=False)
     return TokenFile(path, tokens, offsets, "megatron")
 
 
-def read_flat(path: str, dtype: str | None, eos_id: int) -> TokenFile:
+def _missing(path: str) -> str:
+    prefix = path[:-4] if path.endswith((".bin", ".idx")) else path
+    return (
+        f"token_files={path!r}: no such file, and no Megatron dataset of that prefix "
+        f"(neither {prefix}.bin nor {prefix}.idx exists)."
+    )
+
+
+def read_flat(
+    path: str, dtype: str | None, eos_id: int, vocab_size: int | None = None
+) -> TokenFile:
     """Maps a flat token file (``.bin`` of ``dtype``, or ``.npy``), split after each ``eos_id``.
 
     Raises:
         ValueError: A size that is not a whole number of tokens, a ``.npy`` that is not 1-D or
-            whose dtype disagrees with ``dtype``, naming the file.
+            whose dtype disagrees with ``dtype``, ids that do not fit the dtype or
+            ``vocab_size``, naming the file.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"token_files={path!r}: no such file.")
+        raise FileNotFoundError(_missing(path))
     if path.lower().endswith(".npy"):
         try:
             array = np.load(path, mmap_mode="c")
@@ -212,34 +241,49 @@ def read_flat(path: str, dtype: str | None, eos_id: int) -> TokenFile:
                 f"({width.itemsize} bytes each): is dtype={width.name!r} right?"
             )
         tokens = map_tokens(path, width, size // width.itemsize)
-    ends = [
-        np.flatnonzero(tokens[i : i + SCAN] == eos_id) + (i + 1)
-        for i in range(0, len(tokens), SCAN)
-    ]
+    check_ids(path, tokens, vocab_size, given=not path.lower().endswith(".npy"), exact_later=True)
+    ends, largest = [], -1
+    for i in range(0, len(tokens), SCAN):  # one pass: the documents and the largest id
+        chunk = tokens[i : i + SCAN]
+        ends.append(np.flatnonzero(chunk == eos_id) + (i + 1))
+        largest = max(largest, int(chunk.max()))
+    check_vocab(path, largest, vocab_size)
     cuts = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], cuts.astype(np.int64)])
     if offsets[-1] != len(tokens):
         offsets = np.append(offsets, len(tokens))
-    return TokenFile(path, tokens, offsets, "flat")
+    if len(tokens) and not len(cuts):
+        warnings.warn(
+            f"{path}: eos_id={eos_id} never occurs in its {len(tokens)} tokens, so the file is "
+            "read as 1 document; give the end-of-text id that ends each document.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return TokenFile(path, tokens, offsets, "flat", max_id=largest)
 
 
-def read_token_files(path: str, dtype: str | None, eos_id: int | None) -> TokenFile:
+def read_token_files(
+    path: str, dtype: str | None, eos_id: int | None, vocab_size: int | None = None
+) -> TokenFile:
     """A Megatron dataset when ``path`` names one, else a flat token file.
 
     Raises:
+        FileNotFoundError: Neither a Megatron dataset nor a file of that name.
         ValueError: A flat file without ``eos_id``, or a file that does not match (above).
     """
     if megatron_paths(path) is not None:
-        corpus = read_megatron(path)
+        corpus = read_megatron(path, vocab_size)
         if dtype is not None and np.dtype(dtype) != corpus.encoded.tokens_np.dtype:
             raise ValueError(
                 f"{path}: its .idx says {corpus.encoded.tokens_np.dtype.name}, but dtype={dtype!r} "
                 "was given."
             )
         return corpus
+    if not os.path.isfile(path):
+        raise FileNotFoundError(_missing(path))
     if eos_id is None:
         raise ValueError(
             f"token_files={path!r} is a flat token file: give eos_id= (the end-of-text id that "
             "ends each document), or a Megatron prefix with .bin and .idx."
         )
-    return read_flat(path, dtype, eos_id)
+    return read_flat(path, dtype, eos_id, vocab_size)

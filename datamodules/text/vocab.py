@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.core.checks import check_choice
+
 __all__ = [
     "LEVELS",
     "Vocabulary",
@@ -53,8 +55,7 @@ class Vocabulary:
     """
 
     def __init__(self, tokens: Sequence[str], level: str = "char", lowercase: bool = False) -> None:
-        if level not in LEVELS:
-            raise ValueError(f"level={level!r} is not accepted: use 'char' or 'word'.")
+        check_choice(level, "level", LEVELS)
         if list(tokens[:2]) != [PAD, UNK]:
             raise ValueError(f"a vocabulary starts with {PAD!r} and {UNK!r}, got {tokens[:2]!r}.")
         self.tokens = list(tokens)
@@ -74,8 +75,7 @@ class Vocabulary:
         cls, texts: Sequence[str], level: str = "char", lowercase: bool = False, min_freq: int = 1
     ) -> Vocabulary:
         """Builds the vocabulary of ``texts``: tokens seen at least ``min_freq`` times."""
-        if level not in LEVELS:
-            raise ValueError(f"level={level!r} is not accepted: use 'char' or 'word'.")
+        check_choice(level, "level", LEVELS)
         texts = [t.lower() for t in texts] if lowercase else texts
         if level == "char":
             points, _ = _code_points(texts)

@@ -57,6 +57,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from datamodules.core.checks import check_bool, check_fraction, check_int
 from datamodules.core.hardware import available_cpus
 from datamodules.tools.tuner import batch_length
 
@@ -183,13 +184,10 @@ class DataWaitMonitor(Callback):
         warn: bool = True,
     ) -> None:
         super().__init__()
-        if isinstance(threshold, bool) or not 0 < threshold < 1:
-            raise ValueError(f"threshold={threshold!r} is not accepted: use a number in (0, 1).")
-        for name, value in (("log_every_n_steps", log_every_n_steps), ("min_steps", min_steps)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{name}={value!r} is not accepted: use an int >= 1.")
-            if value is not None and value < 1:
-                raise ValueError(f"{name}={value!r} is not accepted: use an int >= 1.")
+        check_fraction(threshold, "threshold")
+        check_int(log_every_n_steps, "log_every_n_steps", 1, allow_none=True)
+        check_int(min_steps, "min_steps", 1)
+        check_bool(warn, "warn")
         self.threshold = float(threshold)
         self.log_every_n_steps = log_every_n_steps
         self.min_steps = min_steps

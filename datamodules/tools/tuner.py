@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from datamodules.core.checks import check_choice, check_fraction, check_int, int_mistake
 from datamodules.core.hardware import Measurement, TuneResult, available_cpus
 from datamodules.core.loaders import ResumableDataLoader
 
@@ -79,8 +80,7 @@ def choose(
     """
     if not table:
         raise ValueError("the tuner's table is empty: there is nothing to choose from.")
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance={tolerance!r} is not accepted: use a number in [0, 1).")
+    check_fraction(tolerance, "tolerance", zero=True)
     best = max(table, key=lambda row: row.median)
     if not best.median > 0:
         raise ValueError("every candidate measured 0 samples/s: the loader yielded nothing.")
@@ -111,8 +111,7 @@ def candidate_workers(cpus_per_rank: int) -> list[int]:
     Beyond 8 CPUs per rank the counts are 0, 1, 2, 3, 4, 6, 8, 12, 16, ... (powers of two and
     the midpoints between them) and ``cpus_per_rank`` itself.
     """
-    if cpus_per_rank < 1:
-        raise ValueError(f"cpus_per_rank={cpus_per_rank!r} is not accepted: use an int >= 1.")
+    check_int(cpus_per_rank, "cpus_per_rank", 1)
     if cpus_per_rank <= 8:
         return list(range(cpus_per_rank + 1))
     counts = {0, 1, cpus_per_rank}
@@ -132,8 +131,9 @@ def candidates(
     factors = sorted(set(prefetch_factors))
     pairs: list[tuple[int, int | None]] = []
     for count in sorted(set(workers)):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"workers contains {count!r}: use ints >= 0.")
+        mistake = int_mistake(count, 0)
+        if mistake is not None:
+            raise mistake(f"workers contains {count!r}: use ints >= 0.")
         if count == 0:
             pairs.append((0, None))
         else:
@@ -285,11 +285,9 @@ def tune_datamodule(
     Raises:
         ValueError: For an unknown stage, an empty split or bad counts.
     """
-    if stage not in STAGE_SPLITS:
-        raise ValueError(f"stage={stage!r} is not accepted: use one of {sorted(STAGE_SPLITS)}.")
-    for name, value in (("max_batches", max_batches), ("repeats", repeats)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is not accepted: use an int >= 1.")
+    check_choice(stage, "stage", tuple(STAGE_SPLITS))
+    check_int(max_batches, "max_batches", 1)
+    check_int(repeats, "repeats", 1)
     split = STAGE_SPLITS[stage]
     if stage == "predict" and not dm.split_size("test"):
         split = "val"

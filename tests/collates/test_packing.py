@@ -136,9 +136,9 @@ class TestInputs:
             ([[1, 2], "abc"], {}, TypeError, "sample 1 is str"),
             ([{"ids": [1]}], {}, KeyError, "without 'input_ids'"),
             ([[1, 2]], {"seq_length": 0}, ValueError, "seq_length=0"),
-            ([[1, 2]], {"seq_length": 2.5}, ValueError, "seq_length=2.5"),
+            ([[1, 2]], {"seq_length": 2.5}, TypeError, "seq_length=2.5"),
             ([[1, 2]], {"pack_mode": "greedy"}, ValueError, "pack_mode='greedy'"),
-            ([[1, 2]], {"pad_id": None}, ValueError, "pad_id=None"),
+            ([[1, 2]], {"pad_id": None}, TypeError, "pad_id=None"),
         ],
     )
     def test_bad_input_fails_naming_it(self, batch, options, error, match) -> None:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -132,3 +134,78 @@ def test_image_size_takes_height_and_width(tmp_path: Path) -> None:
     assert again.image_size == (6, 10)
     with pytest.raises(ValueError, match=r"image_size=\(6, 0\) is not accepted: use an int >= 1"):
         ImageFolderDataModule(tmp_path / "img", image_size=(6, 0))
+
+
+#: The same mistake, given to every DataModule that takes the argument, and the one exception
+#: type it must raise everywhere (a wrong type: TypeError; a wrong value: ValueError).
+SHARED_MISTAKES = [
+    ({"batch_size": True}, TypeError),
+    ({"batch_size": 2.0}, TypeError),
+    ({"batch_size": "32"}, TypeError),
+    ({"batch_size": 0}, ValueError),
+    ({"num_workers": 1.5}, TypeError),
+    ({"num_workers": -1}, ValueError),
+    ({"num_workers": "many"}, ValueError),
+    ({"prefetch_factor": True}, TypeError),
+    ({"prefetch_factor": 0}, ValueError),
+    ({"shuffle": "yes"}, TypeError),
+    ({"pin_memory": 1}, TypeError),
+    ({"shuffle_seed": 1.5}, TypeError),
+]
+#: Mistakes in the arguments only some DataModules take: each is given to all of those.
+OWN_MISTAKES = [
+    ({"on_error": "ignore"}, ValueError, ("images", "stream")),
+    ({"on_error": True}, TypeError, ("images", "stream")),
+    ({"mean": (0.5,)}, ValueError, ("images", "image stream")),
+    ({"std": (0, 0, 0)}, ValueError, ("images", "image stream")),
+    ({"mean": "0.5"}, TypeError, ("images", "image stream")),
+    ({"image_size": 2.5}, TypeError, ("images", "image stream")),
+    ({"image_size": 0}, ValueError, ("images", "image stream")),
+    ({"retries": 1.5}, TypeError, ("text file", "stream")),
+    ({"retries": -1}, ValueError, ("text file", "stream")),
+    ({"timeout": "60"}, TypeError, ("text file", "stream")),
+    ({"timeout": 0}, ValueError, ("text file", "stream")),
+]
+
+
+@pytest.fixture(scope="module")
+def makers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("mistakes")
+    images = image_folder(root / "img")
+    (root / "a.jsonl").write_text('{"id": 1, "text": "ab"}\n')
+    stream = {"train_files": str(root / "a.jsonl"), "index_cache": False}
+    return {
+        "tensor": lambda **kw: TensorDataModule(torch.arange(10.0), **kw),
+        "text": lambda **kw: TextDataModule(["ab", "cd", "ef"], **kw),
+        "text file": lambda **kw: TextDataModule(train_file=root / "a.jsonl", **kw),
+        "images": lambda **kw: ImageFolderDataModule(images, **{"image_size": 8, **kw}),
+        "stream": lambda **kw: StreamingDataModule(**stream, **kw),
+        "image stream": lambda **kw: StreamingDataModule(**stream, image_key="png", **kw),
+        "list": lambda **kw: Squares(**kw),
+    }
+
+
+@pytest.mark.parametrize(("kwargs", "error"), SHARED_MISTAKES, ids=lambda v: repr(v))
+def test_the_same_mistake_raises_the_same_type_in_every_datamodule(
+    makers: dict[str, Any], kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    ((name, value),) = kwargs.items()
+    raised = {}
+    for kind, make in makers.items():
+        with pytest.raises((TypeError, ValueError), match=re.escape(f"{name}={value!r}")) as info:
+            make(**kwargs)
+        raised[kind] = type(info.value)
+    assert raised == dict.fromkeys(makers, error)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "kinds"), OWN_MISTAKES, ids=lambda v: repr(v))
+def test_the_same_mistake_in_an_argument_of_some_datamodules_raises_the_same_type(
+    makers: dict[str, Any], kwargs: dict[str, Any], error: type[Exception], kinds: tuple[str, ...]
+) -> None:
+    ((name, value),) = kwargs.items()
+    raised = {}
+    for kind in kinds:
+        with pytest.raises((TypeError, ValueError), match=re.escape(f"{name}={value!r}")) as info:
+            makers[kind](**kwargs)
+        raised[kind] = type(info.value)
+    assert raised == dict.fromkeys(kinds, error)

@@ -3,9 +3,9 @@
 An epoch may be delivered in *segments*. The first one is the fresh layout (ranks, workers and
 batch size of the run that started the epoch, over the epoch's records in shard order); each
 resume on another world size, worker count or batch size starts a new one over the records not
-delivered yet. A checkpoint stores the earlier segments as ``(world, workers, batch_size,
-batches delivered per rank)`` (a few ints each: the state grows with resumes, never with
-records).
+delivered yet. A checkpoint stores the earlier segments (:class:`~datamodules.core.elastic.Segment`,
+map-style resume's type too) as ``[world, workers, batch_size, batches delivered per rank]``
+lists (a few ints each: the state grows with resumes, never with records).
 
 :func:`remainder` recomputes, in index space and without reading a record, which records
 each segment delivered. Rank ``r`` of a segment took a contiguous range of that segment's
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.core.elastic import Segment
 from datamodules.streaming.engine.layout import Plan, worker_done
 from datamodules.streaming.engine.shuffle import replay_shuffle
 
 __all__ = [
     "MAX_SEGMENTS",
-    "Segment",
     "buffer_rng",
     "check_resumable",
     "emitted",
@@ -42,8 +42,6 @@ __all__ = [
     "runs",
 ]
 
-#: ``(world, workers, batch_size, batches delivered per rank)`` of one segment of an epoch.
-Segment = tuple[int, int, int, int]
 #: Resumes on another layout within one epoch (the segments travel in shared memory).
 MAX_SEGMENTS = 64
 #: Records a worker reads and drops rather than seeking again between two wanted runs.
@@ -102,7 +100,9 @@ def remainder(
         ValueError: A segment claims more batches than its layout has.
     """
     seq = np.arange(num_records, dtype=np.int64)
-    for index, (world, workers, batch_size, k) in enumerate(segments):
+    for index, segment in enumerate(segments):
+        world, workers, batch_size = segment.world, segment.workers, segment.batch_size
+        k = segment.batches
         m = len(seq)
         plan = Plan.make(m, world, batch_size, drop_last)
         if not 0 <= k <= plan.nb:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamodules.core.checks import check_number, check_string
 from datamodules.remote.listing import check_not_pipe
 
 __all__ = [
@@ -81,24 +82,15 @@ class Source:
         )
         for path in [self.files] if single else self.files:
             check_not_pipe(path, "Source files")
-        for key in ("weight", "repeat"):
-            value = getattr(self, key)
-            ok = value is None or (
-                isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-            )
-            if not ok or (key == "weight" and value == 0):
-                accepted = "a number > 0" if key == "weight" else "a number >= 0"
-                raise ValueError(
-                    f"Source({self.files!r}): {key}={value!r} is not accepted: use {accepted} "
-                    "or None."
-                )
+        where = f"Source({self.files!r}): "
+        check_number(self.weight, f"{where}weight", above=0, allow_none=True)
+        check_number(self.repeat, f"{where}repeat", 0, allow_none=True)
         if self.weight is not None and self.repeat is not None:
             raise ValueError(
                 f"Source({self.files!r}) gives weight={self.weight!r} and repeat="
                 f"{self.repeat!r}: give one of them."
             )
-        if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            raise ValueError(f"Source name={self.name!r} is not accepted: use a non-empty string.")
+        check_string(self.name, "Source name", allow_none=True)
 
     def to_plain(self) -> dict[str, Any]:
         """This source as plain data (how checkpoints keep it); ``Source(**d)`` rebuilds it,

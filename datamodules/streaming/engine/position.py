@@ -18,20 +18,15 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-from datamodules.streaming.engine.elastic import MAX_SEGMENTS, Segment, check_resumable
+from datamodules.core.checks import check_int
+from datamodules.core.elastic import Segment
+from datamodules.streaming.engine.elastic import MAX_SEGMENTS, check_resumable
 from datamodules.streaming.engine.layout import Plan
 
 __all__ = ["StreamPosition", "check_int"]
 
 _STATE_VERSION = 2
 Pending = tuple[int, int, tuple[int, int, int], tuple[Segment, ...]]
-
-
-def check_int(value: Any, name: str, minimum: int) -> int:
-    """``value`` if it is an int >= ``minimum``, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not accepted: use an int >= {minimum}.")
-    return value
 
 
 class StreamPosition:
@@ -90,20 +85,20 @@ class StreamPosition:
         if not segments:
             return self._plan.nb
         _, plan = self._segment_plan(self.epoch, segments)
-        return sum(s[3] for s in segments) + plan.nb
+        return sum(s.batches for s in segments) + plan.nb
 
     # ------------------------------------------------------------------ epochs and state
     def _write_shared(
         self, epoch: int, skip: int, workers: int, segments: tuple[Segment, ...]
     ) -> None:
-        flat = [epoch, skip, workers, len(segments)] + [x for s in segments for x in s]
+        flat = [epoch, skip, workers, len(segments)] + [x for s in segments for x in s.to_list()]
         self._shared.zero_()
         self._shared[: len(flat)] = torch.tensor(flat, dtype=torch.int64)
 
     def _read_shared(self) -> tuple[int, int, int, tuple[Segment, ...]]:
         values = [int(x) for x in self._shared.tolist()]
-        segments = tuple(tuple(values[4 + 4 * i : 8 + 4 * i]) for i in range(values[3]))
-        return values[0], values[1], values[2], segments  # type: ignore[return-value]
+        segments = tuple(Segment.from_list(values[4 + 4 * i : 8 + 4 * i]) for i in range(values[3]))
+        return values[0], values[1], values[2], segments
 
     def resumed(self) -> tuple[int, int, int] | None:
         """``(epoch, earlier layouts, records repeated)`` when the epoch in progress (or about
@@ -126,10 +121,10 @@ class StreamPosition:
     def _resolve(self, pending: Pending, workers: int) -> tuple[int, tuple[Segment, ...], int]:
         """``(epoch, earlier segments, batches to skip in the current one)`` of a resume."""
         epoch, total, layout, segments = pending
-        current = total - sum(s[3] for s in segments)
+        current = total - sum(s.batches for s in segments)
         if layout == (self.world_size, workers, self.batch_size) or not current:
             return epoch, segments, current  # the same layout continues its segment
-        return epoch, (*segments, (*layout, current)), 0
+        return epoch, (*segments, Segment(*layout, current)), 0
 
     @property
     def loader_workers(self) -> int:
@@ -177,7 +172,7 @@ class StreamPosition:
             epoch, segments, skip = (self.epoch + 1 if self._iterated else self.epoch), (), 0
         self._iterated = True
         self.epoch, self._segments, self._workers = epoch, segments, workers
-        self._yielded = sum(s[3] for s in segments) + skip
+        self._yielded = sum(s.batches for s in segments) + skip
         self.resume_repeats = self._segment_plan(epoch, segments)[1].padded if segments else 0
         if self.resume_repeats:
             warnings.warn(
@@ -227,7 +222,7 @@ class StreamPosition:
                 "batches": self._yielded,
                 "worker": info.id,
                 "num_workers": info.num_workers,
-                "segments": [list(s) for s in self._read_shared()[3]],
+                "segments": [s.to_list() for s in self._read_shared()[3]],
             }
         if self._pending_state is not None:  # loaded, not started yet: the same position
             return copy.deepcopy(self._pending_state)
@@ -246,7 +241,7 @@ class StreamPosition:
             "epoch": epoch,
             "batches": done,
             "num_workers": self._workers or self._loader_workers,
-            "segments": [list(s) for s in segments],
+            "segments": [s.to_list() for s in segments],
             **ended,
         }
 
@@ -265,13 +260,13 @@ class StreamPosition:
         """
         check_resumable(state, self._config())
         epoch, batches = int(state["epoch"]), int(state["batches"])
-        segments = tuple(tuple(int(x) for x in s) for s in state.get("segments", ()))
+        segments = tuple(Segment.from_list(s) for s in state.get("segments", ()))
         layout = (
             int(state["world_size"]),
             max(int(state["num_workers"]), 1),
             int(state["batch_size"]),
         )
-        earlier = sum(s[3] for s in segments)
+        earlier = sum(s.batches for s in segments)
         same = layout[::2] == (self.world_size, self.batch_size)
         nb = self._plan.nb
         if batches < earlier or (not segments and same and batches > nb):
@@ -293,8 +288,8 @@ class StreamPosition:
                     f"cannot resume: state of worker {state['worker']} of "
                     f"{state['num_workers']} loaded in the {where}."
                 )
-            self.epoch, self._worker_resume = epoch, (epoch, batches, segments)  # type: ignore[assignment]
+            self.epoch, self._worker_resume = epoch, (epoch, batches, segments)
             return
         self.epoch, self._iterated = epoch, False
-        self._pending = (epoch, batches, layout, segments)  # type: ignore[assignment]
+        self._pending = (epoch, batches, layout, segments)
         self._pending_state = copy.deepcopy(dict(state))

@@ -2,21 +2,30 @@
 
 * :class:`ShardReader`: the default, :func:`~datamodules.shards.records.read_records` with
   the shard's index, so it seeks close to ``start``; remote shards optionally through a local
-  :class:`~datamodules.remote.cache.ShardCache`, with the next shards fetched ahead.
+  :class:`~datamodules.remote.cache.ShardCache`, with the next shards fetched ahead. Each
+  shard is checked, as it is opened, to be the version its index describes
+  (:mod:`datamodules.remote.versions`): a changed one raises, naming it, never read wrongly.
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 from datamodules.remote.cache import Prefetcher, ShardCache
-from datamodules.remote.files import default_options, is_remote
+from datamodules.remote.files import default_options, is_remote, local_path
 from datamodules.remote.retrying import RemoteError, RemoteOptions
-from datamodules.shards.errors import ShardError
-from datamodules.shards.index import ShardIndex
+from datamodules.remote.versions import (
+    Expected,
+    ShardChanged,
+    check_local,
+    expect,
+    validators_of,
+)
+from datamodules.shards.errors import RecordError, ShardError
+from datamodules.shards.index import ShardIndex, trusted_index_file
 from datamodules.shards.records import read_blocks, read_records
 
 __all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader"]
@@ -33,8 +42,9 @@ class ShardReader:
     """The default reader: records ``[start, stop)`` of a shard via ``read_records``.
 
     Args:
-        indexes: Shard indexes by path (for formats and seek offsets); a path without one is
-            read by its extension from the beginning.
+        indexes: Shard indexes by path (for formats and seek offsets), or a sequence of them
+            (such as a :class:`~datamodules.shards.dataset_index.ShardTable`); a path without
+            one is read by its extension from the beginning.
         on_error: ``"raise"`` or ``"skip"`` bad records; must match how they were indexed.
         columns: Parquet columns to read (None: all).
         options: How remote shards are opened: storage options, retries, timeout.
@@ -43,18 +53,28 @@ class ShardReader:
         prefetch_shards: Remote shards to download ahead of the one being read, once the
             stream has told the reader its plan (:meth:`plan`); more of them while the next
             ones add up to less than :data:`PREFETCH_BYTES` (sizes from the indexes).
+        index_cache: The index cache the indexes came from (``index_cache=`` of the
+            DataModule): a remote shard found changed has its trusted entry dropped there.
     """
 
     def __init__(
         self,
-        indexes: dict[str, ShardIndex] | None = None,
+        indexes: Mapping[str, ShardIndex] | Sequence[ShardIndex] | None = None,
         on_error: str = "raise",
         columns: Sequence[str] | None = None,
         options: RemoteOptions | None = None,
         cache: ShardCache | None = None,
         prefetch_shards: int = 0,
+        index_cache: Any = None,
     ) -> None:
-        self.indexes = dict(indexes or {})
+        if isinstance(indexes, Mapping) or indexes is None:
+            self.indexes: Any = dict(indexes or {})
+            self._positions: dict[str, int] | None = None
+        else:  # a sequence: looked up by path when first asked
+            self.indexes = indexes
+            self._positions = None
+        self.index_cache = index_cache
+        self._expected: set[str] = set()
         self.on_error = on_error
         self.columns = columns
         self.options = options or default_options()
@@ -68,7 +88,33 @@ class ShardReader:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_prefetcher"] = None  # threads stay in their process
+        state["_positions"] = None
+        state["_expected"] = set()  # registered per process
         return state
+
+    def index_of(self, path: str) -> ShardIndex | None:
+        """The index of the shard ``path`` (None: not indexed)."""
+        if isinstance(self.indexes, dict):
+            return self.indexes.get(path)
+        if self._positions is None:
+            paths = getattr(self.indexes, "paths", None)
+            if paths is None:
+                paths = [s.path for s in self.indexes]
+            self._positions = {p: k for k, p in enumerate(paths)}
+        k = self._positions.get(path)
+        return None if k is None else self.indexes[k]
+
+    def _expect(self, path: str, index: ShardIndex | None) -> None:
+        """Registers, once per process, what the shard must look like when it is opened."""
+        if index is None or path in self._expected:
+            return
+        self._expected.add(path)
+        forget = trusted_index_file(index, self.index_cache) if index.listed_in is None else None
+        expect(
+            path,
+            Expected(index.size, validators_of(index.version), index.listed_in,
+                     (forget,) if forget else ()),
+        )  # fmt: skip
 
     def plan(self, paths: Sequence[str]) -> None:
         """Tells the reader the shards it will read next, in order; starts prefetching them.
@@ -92,7 +138,7 @@ class ShardReader:
             self._prefetcher = Prefetcher(self.cache, self.prefetch_shards)
         upcoming, total = [], 0
         for path in self._plan[position + 1 :]:
-            size = getattr(self.indexes.get(path), "size", None) or PREFETCH_BYTES
+            size = getattr(self.index_of(path), "size", None) or PREFETCH_BYTES
             if len(upcoming) >= self.prefetch_shards and total + size > PREFETCH_BYTES:
                 break
             upcoming.append(self._identity(path))
@@ -100,7 +146,8 @@ class ShardReader:
         self._prefetcher.schedule(upcoming, after_reading)
 
     def _identity(self, path: str) -> tuple[str, str | None, int | None]:
-        index = self.indexes.get(path)
+        index = self.index_of(path)
+        self._expect(path, index)
         return path, getattr(index, "version", None), getattr(index, "size", None)
 
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
@@ -113,23 +160,32 @@ class ShardReader:
         return self._read(read_blocks, path, start, stop)
 
     def _read(self, read: Callable[..., Iterator[Any]], path: str, start: int, stop: int):
-        index = self.indexes.get(path)
+        index = self.index_of(path)
+        self._expect(path, index)
         fmt = index.fmt if index is not None else None
+        # An index that gives only the count (another tool's): read from the shard's start,
+        # finding bad records as a read without an index does.
+        seek = None if index is not None and index.counted_only else index
         streamed = bool(self._plan) and path == self._plan[0] and not self._keeps_copies()
         if streamed:
             self._prefetch_after(0)
         if self.cache is None or not is_remote(path) or streamed:
-            return read(
-                path,
-                fmt,
-                self.on_error,
-                start,
-                stop,
-                index,
-                columns=self.columns,
+            if index is not None and not is_remote(path):
+                self._check_local(path)
+            records = read(
+                path, fmt, self.on_error, start, stop, seek, columns=self.columns,
                 options=self.options,
-            )
-        return self._read_copy(read, path, fmt, start, stop, index)
+            )  # fmt: skip
+        else:  # (the index names a copy's records by the shard's URL)
+            records = self._read_copy(read, path, fmt, start, stop, index)
+        # (a local shard was checked above; a remote one is checked on the response)
+        return _named_changes(records, path) if is_remote(path) else records
+
+    def _check_local(self, path: str) -> None:
+        try:
+            check_local(path, local_path(path))
+        except ShardChanged as changed:
+            raise ShardError(path, None, changed.reason) from None
 
     def _read_copy(
         self,
@@ -151,6 +207,20 @@ class ShardReader:
                 yield from read(local, fmt, self.on_error, start, stop, index, columns=self.columns)
         except RemoteError as error:
             raise ShardError(path, None, f"cannot download shard ({error.reason})") from error
+
+
+def _named_changes(records: Iterator[Any], path: str) -> Iterator[Any]:
+    """The records; a shard found changed when opened raises a ShardError that says just that
+    (not "cannot read past line N")."""
+    try:
+        yield from records
+    except RecordError as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, ShardChanged):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise ShardError(path, None, cause.reason) from error
 
 
 class SliceReader:

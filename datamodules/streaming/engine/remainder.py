@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datamodules.streaming.engine.elastic import Segment, buffer_rng, emitted, remainder
+from datamodules.core.elastic import Segment
+from datamodules.streaming.engine.elastic import buffer_rng, emitted, remainder
 from datamodules.streaming.engine.layout import Plan, worker_done
 
 __all__ = [
@@ -83,7 +84,7 @@ class Remainder:
 
     Args:
         parent: The segment's sequence (:class:`Identity` for the epoch's first segment).
-        segment: ``(world, workers, batch_size, batches delivered per rank)``.
+        segment: The segment (its layout and the batches each rank delivered).
         index: The segment's number within the epoch (it seeds the workers' buffers).
         seed: The stream's seed.
         epoch: The epoch.
@@ -101,7 +102,8 @@ class Remainder:
         size: int,
         drop_last: bool,
     ) -> None:
-        world, workers, batch_size, k = segment
+        world, workers, batch_size = segment.world, segment.workers, segment.batch_size
+        k = segment.batches
         self.parent, self.index = parent, index
         self.seed, self.epoch, self.size = seed, epoch, size
         m = len(parent)
@@ -195,8 +197,8 @@ def remaining_sequence(
     """
     sequence: Identity | Remainder | Materialized = Identity(num_records)
     for index, segment in enumerate(segments):
-        world, _, batch_size, k = segment
-        plan = Plan.make(len(sequence), world, batch_size, drop_last)
+        plan = Plan.make(len(sequence), segment.world, segment.batch_size, drop_last)
+        k = segment.batches
         if plan.padded or not 0 <= k <= plan.nb:  # wraps around: small; or refused there
             return Materialized(remainder(num_records, seed, epoch, size, drop_last, segments))
         sequence = Remainder(sequence, segment, index, seed, epoch, size, drop_last)

@@ -54,11 +54,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from datamodules.core.checks import check_int, check_on_error
+from datamodules.core.elastic import Segment
 from datamodules.core.loaders import passthrough
 from datamodules.shards.errors import RecordError
 from datamodules.shards.index import ShardIndex
 from datamodules.streaming.engine.columnar import ColumnarReading
-from datamodules.streaming.engine.elastic import Segment, buffer_rng, runs
+from datamodules.streaming.engine.elastic import buffer_rng, runs
 from datamodules.streaming.engine.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
@@ -69,7 +71,7 @@ from datamodules.streaming.engine.failures import (
 from datamodules.streaming.engine.layout import Plan, order_pieces, worker_done
 from datamodules.streaming.engine.messages import messages
 from datamodules.streaming.engine.mixing import StreamSource, check_stream_sources, epoch_pieces
-from datamodules.streaming.engine.position import StreamPosition, check_int
+from datamodules.streaming.engine.position import StreamPosition
 from datamodules.streaming.engine.readers import Reader, ShardReader
 from datamodules.streaming.engine.remainder import RemainingSequence, remaining_sequence
 from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_buffer
@@ -135,18 +137,12 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
         super().__init__()
         self.batch_size = check_int(batch_size, "batch_size", 1)
         self.world_size = check_int(world_size, "world_size", 1)
-        self.rank = check_int(rank, "rank", 0)
-        if rank >= world_size:
-            raise ValueError(f"rank={rank} is not accepted: use 0 <= rank < {world_size}.")
+        self.rank = check_int(rank, "rank", 0, self.world_size - 1)
         self.shuffle_buffer = check_int(shuffle_buffer, "shuffle_buffer", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed={seed!r} is not accepted: use an int.")
-        self.seed = seed
+        self.seed = check_int(seed, "seed")
         self.epoch = check_int(epoch, "epoch", 0)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error={on_error!r} is not accepted: use 'raise' or 'skip'.")
-        self.on_error = on_error
+        self.on_error = check_on_error(on_error)
         self.paths, self.counts = [], []
         indexes = {}
         for shard in shards:
@@ -331,7 +327,7 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
             done = worker_done(skip, workers, worker)
         seq, plan = self._segment_plan(epoch, segments)
         self.epoch = epoch
-        self._yielded = done + (sum(s[3] for s in segments) if info is None else 0)
+        self._yielded = done + (sum(s.batches for s in segments) if info is None else 0)
         batches = self._batches(epoch, worker, workers, done, seq, plan, len(segments))
         if info is not None and self._send_messages:  # a StreamLoader's worker
             return messages(batches, info.id)
@@ -411,9 +407,10 @@ class ShardedStream(ColumnarReading, StreamPosition, IterableDataset):
     def _where(self, item: tuple[Any, int, int]) -> tuple[str, str, str | None]:
         """(shard, line or row, source name) of a record the stream carries."""
         _, shard, position = item
-        indexes = getattr(self.reader, "indexes", {})
         path = self.paths[shard]
-        place = record_place(indexes.get(path), position, getattr(self.reader, "options", None))
+        index_of = getattr(self.reader, "index_of", None)
+        index = index_of(path) if index_of is not None else None
+        place = record_place(index, position, getattr(self.reader, "options", None))
         source = None
         if self.sources is not None:
             source = next((s.name for s in self.sources if shard in s.shards), None)

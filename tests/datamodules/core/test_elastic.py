@@ -141,7 +141,7 @@ def test_the_state_stays_small() -> None:
         sampler = IndexBatchSampler(n, 32, num_replicas=2, rank=0)
         sizes.append(len(json.dumps(sampler.state_dict(consumed_batches=7))))
     assert abs(sizes[0] - sizes[1]) <= 4  # the digits of num_samples, nothing per sample
-    assert Segment.from_dict(Segment(2, 32, 7).to_dict()) == Segment(2, 32, 7)
+    assert Segment.from_dict(Segment(2, 1, 32, 7).to_dict()) == Segment(2, 1, 32, 7)
 
 
 def layouts(sampler_states: dict, make: Callable[[], list[IndexBatchSampler]]) -> list:
@@ -213,7 +213,7 @@ def test_a_100k_split_resumes_by_the_way_in_o_share() -> None:
                is not None for rank in ranks)  # fmt: skip
     seen = [int(i) for rank in ranks for batch in rank for i in batch]
     first = IndexBatchSampler(100_000, 10, num_replicas=8, rank=0)
-    consumed = [int(i) for r in range(8) for b in first.with_layout(Segment(8, 10, 0))
+    consumed = [int(i) for r in range(8) for b in first.with_layout(Segment(8, 1, 10, 0))
                 ._batches_from(first.permutation(0), r)[:1000] for i in b]  # fmt: skip
     assert sorted(seen + consumed) == list(range(100_000))
     assert len({len(rank) for rank in ranks}) == 1

@@ -22,7 +22,9 @@ from datamodules.core.keywords import SHARED_ARGUMENTS
 
 MODULES = [TensorDataModule, ImageFolderDataModule, TextDataModule, StreamingDataModule]
 #: Where a DataModule's default differs from BaseDataModule's, on purpose.
-OWN_DEFAULTS = {(ImageFolderDataModule, "stratify"): True}
+#: Defaults a DataModule sets to what its kind does: image folders stratify; a stream is never
+#: split at random (its validation records come from val_files), so its val_split is 0.
+OWN_DEFAULTS = {(ImageFolderDataModule, "stratify"): True, (StreamingDataModule, "val_split"): 0}
 
 
 def test_the_shared_names_are_base_datamodules_arguments() -> None:

@@ -62,3 +62,42 @@ def test_caplog_sees_the_summary(caplog) -> None:
     with caplog.at_level(logging.INFO, logger="datamodules"):
         TensorDataModule(torch.arange(8.0)).train_dataloader()
     assert any(SUMMARY_MARK in r.getMessage() for r in caplog.records)
+
+
+def test_the_summary_is_logged_once_per_datamodule_on_rank_zero(caplog, tmp_path) -> None:
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    from datamodules import StreamingDataModule
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"x": {i}}}\n' for i in range(24)))
+    shard = str(tmp_path / "a.jsonl")
+    makers = {
+        "TensorDataModule": lambda: TensorDataModule(
+            torch.arange(24.0), val_split=0.25, test_split=0.25, batch_size=4, num_workers=0
+        ),
+        "StreamingDataModule": lambda: StreamingDataModule(
+            shard, shard, shard, batch_size=4, num_workers=0, index_cache=False
+        ),
+    }
+    ids = lambda batch: [0] * len(batch["x"] if isinstance(batch, dict) else batch[0])  # noqa: E731
+    for name, make in makers.items():
+        dm = make()
+        with caplog.at_level(logging.INFO, logger="datamodules"):
+            caplog.clear()
+            for stage in ("fit", "validate", "fit"):  # setup again and again
+                dm.setup(stage)
+            trainer = quiet_trainer(max_epochs=2, reload_dataloaders_every_n_epochs=1)
+            trainer.fit(RecordingModel(ids), datamodule=dm)
+            trainer.validate(RecordingModel(ids), datamodule=dm, verbose=False)
+            trainer.test(RecordingModel(ids), datamodule=dm, verbose=False)
+            logged = [r for r in caplog.records if r.getMessage().startswith(name + "\n")]
+            assert len(logged) == 1, name
+            caplog.clear()
+            previous, rank_zero_only.rank = rank_zero_only.rank, 1  # another rank: nothing
+            try:
+                make().train_dataloader()
+            finally:
+                rank_zero_only.rank = previous
+            assert not [r for r in caplog.records if r.getMessage().startswith(name)]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.data import random_split
 
+from datamodules import TensorDataModule
 from datamodules.core.splits import (
     compute_split_indices,
     explicit_split_indices,
@@ -43,6 +47,30 @@ def test_random_split_matches_torch_random_split_with_seeded_generator() -> None
     parts = random_split_indices(50, [30, 15, 5], seed=3)
     expected = torch.randperm(50, generator=torch.Generator().manual_seed(3))
     assert torch.equal(torch.cat(parts), expected)
+    for n, sizes in ((50, [30, 15, 5]), (1, [1, 0, 0]), (2, [1, 1, 0]), (7, [7, 0, 0])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's, for sizes it reads as fractions
+            theirs = random_split(range(n), sizes, generator=torch.Generator().manual_seed(5))
+        ours = random_split_indices(n, sizes, seed=5)
+        assert [p.tolist() for p in ours] == [list(p.indices) for p in theirs]
+
+
+def test_an_empty_split_is_named_once_and_torch_says_nothing() -> None:
+    dm = TensorDataModule(torch.arange(1.0), num_workers=0)  # one sample: val_split=0.1 -> 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dm.setup("fit")
+        dm.setup("validate")
+        assert dm.val_dataloader() == []
+    messages = [str(w.message) for w in caught]
+    assert not any("Length of split" in m for m in messages)
+    assert messages == [
+        "TensorDataModule: val_split=0.1 of 1 sample rounds to 0: the validation split is "
+        "empty, so there is no validation."
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a split not asked for (test_split=0) says nothing
+        TensorDataModule(torch.arange(1.0), val_split=0, num_workers=0).setup("fit")
 
 
 @settings(max_examples=60, deadline=None)

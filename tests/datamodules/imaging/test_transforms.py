@@ -62,3 +62,15 @@ def test_flip_happens_half_the_time() -> None:
     transform = RandomResizedCropFlip(16, scale=(1.0, 1.0), ratio=(1.0, 1.0))
     flipped = sum(torch.equal(transform(image), F.horizontal_flip(image)) for _ in range(400))
     assert 160 <= flipped <= 240
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_whole_image_crop_flips_right_in_any_layout(layout: str) -> None:
+    # A crop of the whole image is a dense view whose flip keeps the view's strides.
+    image = channels_last_image(48, 40, seed=2).contiguous()
+    if layout == "transposed":  # as an EXIF-rotated decode gives it
+        image = channels_last_image(40, 48, seed=2).transpose(1, 2)
+    whole = (40 / 48, 40 / 48)
+    transform = RandomResizedCropFlip(24, scale=(1.0, 1.0), ratio=whole, flip_p=1.0)
+    expected = F.horizontal_flip(F.resize(image, [24, 24], antialias=True))
+    assert torch.equal(transform(image), expected)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from datamodules.remote import pool as pool_module
-from datamodules.remote import ranges
+from datamodules.remote import ranges, versions
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.files import open_binary
 from datamodules.remote.retrying import RemoteError, RemoteOptions
@@ -323,6 +323,28 @@ def test_parts_asked_before_the_first_answer_are_dropped_without_ranges(
     assert ranges.download(f"{base}/blob.bin", str(tmp_path / "copy"), opts, SIZE) == SIZE
     assert (tmp_path / "copy").read_bytes() == expected
     assert opts.stats.retries == 0 and opts.stats.failures == 0
+
+
+def test_a_shard_rewritten_since_its_index_is_named_by_every_range_reader(
+    ranged, plain, data: Path, tmp_path: Path
+) -> None:
+    """Each response is checked against the version registered for the URL (its total size
+    from Content-Range, or a 200's length): reads and downloads, ranged server or not."""
+    opts = options(connections=4)
+    for base in (ranged[0], plain[0]):
+        url = f"{base}/blob.bin"
+        versions.expect(url, versions.Expected(SIZE + 1))  # indexed one byte longer
+        try:
+            for size in (None, SIZE + 1):
+                with pytest.raises(versions.ShardChanged, match=rf"size {SIZE + 1} -> {SIZE}"):
+                    read_all(url, opts, 0, size)
+                with pytest.raises(versions.ShardChanged, match=rf"size {SIZE + 1} -> {SIZE}"):
+                    ranges.download(url, str(tmp_path / "copy"), opts, size)
+            versions.expect(url, versions.Expected(SIZE))  # the version indexed: read
+            assert read_all(url, opts, 0, SIZE) == (data / "blob.bin").read_bytes()
+        finally:
+            versions.expect(url, None)
+    assert opts.stats.retries == 0  # a changed shard is not retried
 
 
 def test_guesses_answered_200_by_a_ranged_server_are_asked_again(ranged, data: Path) -> None:

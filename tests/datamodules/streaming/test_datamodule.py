@@ -12,6 +12,7 @@ and val) and other world sizes: test_elastic_ddp.py and test_elastic.py.
 from __future__ import annotations
 
 import http.server
+import inspect
 import json
 import pickle
 import threading
@@ -412,6 +413,7 @@ def test_dataset_factory(tmp_path):
         ({"val_files": []}, TypeError, "val_files"),
         ({"train_files": None}, ValueError, "train_files="),
         ({"val_split": 0.2}, ValueError, "val_split=0.2"),
+        ({"val_split": 0.1}, ValueError, r"val_split=0.1 .*leave val_split at its default, 0"),
         ({"test_split": 5}, ValueError, "test_split=5"),
         ({"test_split": "10%"}, TypeError, "test_split"),
         ({"splits": {"train": [0]}}, ValueError, "splits="),
@@ -435,9 +437,13 @@ def test_bad_arguments_raise_naming_the_argument(data, kwargs, error, named):
         make(data, **kwargs)
 
 
-def test_defaults_of_the_base_are_accepted(data):
-    for kwargs in ({}, {"val_split": 0.1}, {"val_split": 0, "test_split": 0.0}):
-        make(data, **kwargs).setup("fit")
+def test_the_split_defaults_are_what_streams_do(data):
+    # The signature says what a stream does: no random split (the base's 0.1 does not apply).
+    assert inspect.signature(StreamingDataModule).parameters["val_split"].default == 0
+    for kwargs in ({}, {"val_split": 0, "test_split": 0.0}):
+        dm = make(data, **kwargs)
+        dm.setup("fit")
+        assert dm.hparams.val_split == 0
 
 
 def test_bad_files_raise_at_setup(data, tmp_path):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from datamodules.core.elastic import Segment
 from datamodules.streaming.engine.elastic import remainder, runs
 from datamodules.streaming.engine.stream import ShardedStream
 from tests.datamodules.streaming.test_stream import IdReader, simulate
@@ -207,7 +208,7 @@ def test_runs_and_remainder_in_index_space():
         (5, 7, 2000, 2002),
         (7, 8, 0, 1),  # a wrap starts a new run
     ]
-    left = remainder(20, 0, 0, 0, False, [(2, 1, 3, 2)])  # 2 ranks delivered 6 records each
+    left = remainder(20, 0, 0, 0, False, [Segment(2, 1, 3, 2)])  # 2 ranks delivered 6 records each
     assert left.tolist() == list(range(6, 10)) + list(range(16, 20))
 
 

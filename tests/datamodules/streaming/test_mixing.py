@@ -48,17 +48,18 @@ def test_bad_mixes_name_the_sources(sources, match) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        ({"weight": 0}, r"weight=0 is not accepted: use a number > 0"),
-        ({"repeat": -1}, r"repeat=-1 is not accepted: use a number >= 0"),
-        ({"weight": 1, "repeat": 1}, r"give one of them"),
-        ({"weight": "7"}, r"weight='7' is not accepted"),
-        ({"name": ""}, r"name='' is not accepted"),
+        ({"weight": 0}, ValueError, r"weight=0 is not accepted: use a number > 0"),
+        ({"repeat": -1}, ValueError, r"repeat=-1 is not accepted: use a number >= 0"),
+        ({"weight": 1, "repeat": 1}, ValueError, r"give one of them"),
+        ({"weight": "7"}, TypeError, r"weight='7' is not accepted"),
+        ({"name": ""}, ValueError, r"name='' is not accepted"),
+        ({"name": 3}, TypeError, r"name=3 is not accepted"),
     ],
 )
-def test_bad_sources_raise_naming_the_argument(kwargs, match) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_bad_sources_raise_naming_the_argument(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
         Source("data/", **kwargs)
 
 

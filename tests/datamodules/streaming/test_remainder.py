@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamodules.core.elastic import Segment
 from datamodules.streaming.engine.elastic import remainder
 from datamodules.streaming.engine.layout import Plan
 from datamodules.streaming.engine.remainder import Materialized, Remainder, remaining_sequence
@@ -36,14 +37,14 @@ def test_every_combination_of_the_elastic_suite() -> None:
             for k1 in range(4):
                 nb = Plan.make(n, w1, 4, False).nb
                 for stop in {1, nb // 2, nb - 1} - {0}:
-                    first = (w1, max(k1, 1), 4, stop)
+                    first = Segment(w1, max(k1, 1), 4, stop)
                     assert_same(n, BUFFER, False, [first], rng)
                     for w2 in (1, 2, 3):  # and a resume of that resume, stopped early
                         for k2 in range(4):
                             size = 4 if (k1 + k2) % 2 else 3
                             left = len(remainder(n, SEED, 3, BUFFER, False, [first]))
                             nb2 = Plan.make(left, w2, size, False).nb
-                            second = (w2, max(k2, 1), size, nb2 // 2)
+                            second = Segment(w2, max(k2, 1), size, nb2 // 2)
                             assert_same(n, BUFFER, False, [first, second], rng)
 
 
@@ -64,14 +65,16 @@ def test_random_layouts_up_to_64_ranks_by_8_workers(n, chain, size, drop_last, s
     for world, workers, batch_size, fraction in chain:
         left = len(remainder(n, SEED, 3, size, drop_last, segments))
         nb = Plan.make(left, world, batch_size, drop_last).nb
-        segments.append((world, workers, batch_size, round(fraction * nb)))
+        segments.append(Segment(world, workers, batch_size, round(fraction * nb)))
     assert_same(n, size, drop_last, segments, random.Random(seed))
 
 
 def test_only_padded_layouts_are_built_whole() -> None:
-    lazy = remaining_sequence(10_000, 1, 0, 16, False, [(8, 2, 32, 10), (5, 3, 16, 7)])
+    lazy = remaining_sequence(
+        10_000, 1, 0, 16, False, [Segment(8, 2, 32, 10), Segment(5, 3, 16, 7)]
+    )
     assert isinstance(lazy, Remainder)
-    padded = remaining_sequence(5, 1, 0, 16, False, [(8, 2, 32, 0)])  # 5 records, 8 ranks
+    padded = remaining_sequence(5, 1, 0, 16, False, [Segment(8, 2, 32, 0)])  # 5 records, 8 ranks
     assert isinstance(padded, Materialized)
 
 
@@ -79,11 +82,11 @@ def test_a_rank_range_replays_only_the_old_workers_it_overlaps() -> None:
     # 64 old ranks x 8 workers, 61 of 122 batches in: each old worker left about 3,670 of
     # its 3,906 records, so a new rank's share (of 48) spans 11 of the 512 old workers.
     n = 2_000_000
-    lazy = remaining_sequence(n, 1, 0, 100, False, [(64, 8, 32, 61)])
+    lazy = remaining_sequence(n, 1, 0, 100, False, [Segment(64, 8, 32, 61)])
     assert isinstance(lazy, Remainder) and not lazy._replays
     share = len(lazy) // 48
     positions = lazy.take_range(5 * share, 6 * share)
     assert len(positions) == share and np.all(np.diff(positions) > 0)
     assert len(lazy._replays) <= share // 3_600 + 2  # those it overlaps, of 512
-    exact = remainder(n, 1, 0, 100, False, [(64, 8, 32, 61)])
+    exact = remainder(n, 1, 0, 100, False, [Segment(64, 8, 32, 61)])
     assert np.array_equal(positions, exact[5 * share : 6 * share])

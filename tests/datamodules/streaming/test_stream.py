@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import types
 import warnings
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import datamodules.streaming.engine.stream as stream_module
-from datamodules.shards.errors import RecordError
+from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.streaming.engine.loader import StreamLoader
 from datamodules.streaming.engine.messages import MESSAGE_BYTES
@@ -108,7 +109,9 @@ class IdReader:
 
 def simulate(stream: ShardedStream, workers: int, monkeypatch) -> list[list[int]]:
     """One rank's epoch with ``workers`` simulated workers taken round-robin, in-process
-    (the stream begins its epoch as a StreamLoader would make it)."""
+    (the stream begins its epoch as a StreamLoader would make it). The simulated workers hand
+    their batches over one by one, as a StreamLoader's workers deal them out of messages."""
+    stream._send_messages = False  # attach_loader(workers > 0) turns messages on
     stream.begin_epoch(workers)
     gens = []
     for w in range(workers):
@@ -363,9 +366,24 @@ def test_bad_records_raise_from_worker(tmp_path):
 
 
 def test_changed_shard_is_detected(tmp_path):
+    """A shard whose size changed since setup indexed it is refused when it is opened."""
     (path,) = write_jsonl(tmp_path, "c", [10])
+    size = path.stat().st_size
     shards = index_shards([str(path)], cache_dir=False)
     path.write_text('{"id": 0}\n')
+    with pytest.raises(ShardError, match=rf"c_0\.jsonl: the shard changed .*size {size} -> 10\)"):
+        list(make(shards))
+
+
+def test_a_shard_rewritten_to_its_old_size_and_time_is_caught_by_its_record_count(tmp_path):
+    """Same bytes and modification time, fewer records: the count the index promised is named."""
+    (path,) = write_jsonl(tmp_path, "c", [10])
+    before = path.stat()
+    shards = index_shards([str(path)], cache_dir=False)
+    one = '{"id": 0, "pad": "'
+    path.write_text(one + "x" * (before.st_size - len(one) - 3) + '"}\n')
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
     with pytest.raises(RuntimeError, match="changed after indexing"):
         list(make(shards))
 

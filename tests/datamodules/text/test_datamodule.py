@@ -15,7 +15,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from collates import PadCollate
 from datamodules import TextDataModule
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.text.encoding import TextBatchView
+from datamodules.text.inputs import find_files
+from datamodules.text.readers import read_text_files
 from datamodules.text.vocab import Vocabulary
 from tests.datamodules.contract import ContractCase, DataModuleContract, quiet_trainer
 from tests.recording import RecordingModel
@@ -209,6 +212,41 @@ class TestInputs:
         batch = next(iter(txt.train_dataloader()))
         assert batch["lengths"].tolist() == [10, 6] and "labels" not in batch
 
+    def test_the_shard_tables_extensions_read_as_text(self, tmp_path: Path) -> None:
+        """.ndjson, .pq, .gzip, .zstd: text tells formats by the shard layer's one table."""
+        import gzip
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        import zstandard
+
+        (tmp_path / "a.ndjson").write_text(
+            '{"text": "ab", "label": 1}\n\n{"text": "c", "label": 0}\n'
+        )
+        pq.write_table(pa.table({"text": ["de", "f"], "label": [0, 1]}), tmp_path / "b.pq")
+        (tmp_path / "c.csv.gzip").write_bytes(gzip.compress(b"text,label\ngh,1\n"))
+        data = zstandard.ZstdCompressor().compress(b'{"text": "ij", "label": 0}\n')
+        (tmp_path / "d.jsonl.zstd").write_bytes(data)
+        (tmp_path / "e.tar").write_bytes(b"")  # a stream's shard, not text's: left out
+        records = read_text_files(find_files([str(tmp_path)], "train_file", RemoteOptions()),
+                                  "text", None)  # fmt: skip
+        assert records.texts == ["ab", "c", "de", "f", "gh", "ij"]
+        assert records.labels == [1, 0, 0, 1, 1, 0]
+        assert [records.where(i).rsplit("/", 1)[1] for i in (1, 3, 4)] == [
+            "a.ndjson, line 3", "b.pq, line 2", "c.csv.gzip, line 2"
+        ]  # fmt: skip
+        dm = TextDataModule(train_file=tmp_path / "b.pq", val_split=0)
+        dm.setup("fit")
+        assert dm.num_classes == 2
+
+    def test_a_csv_line_of_only_whitespace_is_not_a_record(self, tmp_path: Path) -> None:
+        """The one rule of the shard layer: a blank line is not a record, in every format."""
+        file = tmp_path / "a.csv"
+        file.write_text("text,label\nab,1\n   \n\ncd,0\n", encoding="utf-8-sig")
+        records = read_text_files([file], "text", None)
+        assert records.texts == ["ab", "cd"] and records.labels == [1, 0]
+        assert records.where(1) == f"{file}, line 5"
+
     def test_user_tokenizers(self) -> None:
         class Encoding:
             def __init__(self, ids: list[int]) -> None:
@@ -322,6 +360,14 @@ class TestBadInput:
             ((), {}, ValueError, "needs data"),
             ((["a"],), {"train_file": "x.jsonl"}, ValueError, "not both"),
             ((), {"train_file": "data.xlsx"}, ValueError, r"train_file=.data.xlsx."),
+            (
+                (),
+                {"train_file": "s.tar"},
+                ValueError,
+                r"train_file='s\.tar' is not accepted: use "
+                r"a file ending in \.jsonl, \.ndjson, \.txt, \.csv, \.tsv \(each optionally \+ "
+                r"\.gz or \.zst\), or \.parquet, \.pq\.$",
+            ),  # fmt: skip
             ((["a"],), {"tokenizer": "bpe"}, ValueError, "tokenizer='bpe'"),
             ((["a"],), {"tokenizer": 3}, TypeError, "tokenizer=3"),
             ((["a"],), {"padding_side": "top"}, ValueError, "padding_side='top'"),

@@ -144,6 +144,14 @@ class TestFlat:
         ):
             wide.setup("fit")
 
+    def test_the_summary_says_there_is_no_tokenizer(self, tmp_path):
+        flat_ids(500, 1001, 1000).astype(np.uint16).tofile(tmp_path / "a.bin")
+        summary = setup_flat(tmp_path / "a.bin", eos_id=1000).summary()
+        assert "tokenizer: none (flat token_files), vocab_size=1001" in summary
+        write_megatron(tmp_path / "m", documents(5))
+        summary = setup_flat(tmp_path / "m", vocab_size=50_000).summary()
+        assert "tokenizer: none (megatron token_files)" in summary and "NoneType" not in summary
+
     def test_flat_files_need_eos_id_and_a_matching_dtype(self, tmp_path):
         np.asarray([1, 2, 3], dtype=np.uint16).tofile(tmp_path / "a.bin")
         with pytest.raises(ValueError, match=r"a\.bin.* is a flat token file: give eos_id="):
@@ -155,3 +163,89 @@ class TestFlat:
             TextDataModule(token_files=tmp_path / "a.bin", eos_id=0, dtype="float32")
         with pytest.raises(ValueError, match="max_length does not apply to token_files"):
             TextDataModule(token_files=tmp_path / "a.bin", eos_id=0, max_length=8)
+
+
+def flat_ids(n: int, vocab: int, eos: int, zeros: float = 0.0, seed: int = 0) -> np.ndarray:
+    """``n`` ids below ``vocab``, about 1% of them ``eos`` and a share ``zeros`` of them 0."""
+    generator = np.random.default_rng(seed)
+    ids = generator.integers(1, vocab, n)
+    ids[generator.random(n) < 0.01] = eos
+    ids[generator.random(n) < zeros] = 0
+    return ids
+
+
+def setup_flat(path: Path, **kwargs) -> TextDataModule:
+    dm = TextDataModule(token_files=path, val_split=0, num_workers=0, **kwargs)
+    dm.setup("fit")
+    return dm
+
+
+class TestChecks:
+    def test_an_id_at_or_above_vocab_size_names_file_largest_id_and_size(self, tmp_path):
+        flat_ids(5000, 1001, 1000).astype(np.uint16).tofile(tmp_path / "a.bin")
+        with pytest.raises(
+            ValueError, match=r"a\.bin: its largest token id is 1000, not below vocab_size=100"
+        ):
+            setup_flat(tmp_path / "a.bin", eos_id=1000, vocab_size=100)
+        assert setup_flat(tmp_path / "a.bin", eos_id=1000, vocab_size=1001).vocab_size == 1001
+        write_megatron(tmp_path / "small", documents(10))  # ids up to 49,999, all sampled
+        with pytest.raises(ValueError, match=r"small\.bin: its largest token id is \d+, not below"):
+            setup_flat(tmp_path / "small", vocab_size=1000)
+        # One id the sample does not see (token 2100: 64 windows of 4 KiB over 400 KB):
+        # setup passes, and dm.vocab_size, which reads every id, raises.
+        docs = [list(range(1, 1001)) for _ in range(200)]
+        docs[2][100] = 7000
+        write_megatron(tmp_path / "big", docs)
+        dm = setup_flat(tmp_path / "big", vocab_size=1001)
+        with pytest.raises(ValueError, match=r"big: its largest token id is 7000, not below vocab"):
+            dm.vocab_size  # noqa: B018
+
+    @pytest.mark.parametrize(
+        ("stored", "given", "match"),
+        [
+            (np.uint32, None, r"read as uint16, the sampled ids look like uint32 ids"),
+            (np.int64, None, r"read as uint16, the sampled ids look like int64 ids"),
+            (np.int64, "uint32", r"read as uint32, the sampled ids look like int64 ids"),
+            (np.uint16, "uint32", r"read as uint32, .* outside the usual range of token ids"),
+            (np.uint16, "int64", r"read as int64, .* outside the usual range of token ids"),
+        ],
+    )
+    def test_a_flat_file_read_with_another_dtype_raises_naming_its_own(
+        self, tmp_path, stored, given, match
+    ):
+        flat_ids(5000, 1001, 1000).astype(stored).tofile(tmp_path / "a.bin")
+        right = np.dtype(stored).name
+        with pytest.raises(ValueError, match=rf"a\.bin: {match}.*dtype='{right}' right\?"):
+            setup_flat(tmp_path / "a.bin", eos_id=1000, dtype=given, vocab_size=1001)
+        dm = setup_flat(tmp_path / "a.bin", eos_id=1000, dtype=right, vocab_size=1001)
+        assert dm.dataset.num_tokens == 5000
+
+    @pytest.mark.parametrize(
+        ("vocab", "zeros"), [(50_257, 0.0), (65, 0.03), (50_257, 0.4), (2, 0.0), (70_000, 0.0)]
+    )
+    def test_real_ids_of_their_own_dtype_pass(self, tmp_path, vocab, zeros):
+        # GPT-2 ids, characters, zero padding, bits: real 16-bit (and 32-bit) ids pass
+        dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+        ids = flat_ids(300_000, vocab, vocab - 1, zeros)
+        ids.astype(dtype).tofile(tmp_path / "a.bin")
+        dm = setup_flat(tmp_path / "a.bin", eos_id=vocab - 1, dtype=np.dtype(dtype).name)
+        assert dm.dataset.num_tokens == 300_000 and dm.vocab_size == vocab
+
+    def test_an_eos_id_that_never_occurs_warns_with_the_document_count(self, tmp_path):
+        flat_ids(5000, 1001, 1000).astype(np.uint16).tofile(tmp_path / "a.bin")
+        with pytest.warns(UserWarning, match=r"a\.bin: eos_id=5000 never occurs in its 5000 "):
+            dm = setup_flat(tmp_path / "a.bin", eos_id=5000)
+        assert len(dm.dataset) == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an eos that occurs says nothing
+            assert len(setup_flat(tmp_path / "a.bin", eos_id=1000).dataset) > 1
+
+    @pytest.mark.parametrize("given", ["corpus_text_document", "corpus_text_document.bin"])
+    def test_a_missing_megatron_prefix_says_neither_file_exists(self, tmp_path, given):
+        prefix = tmp_path / "corpus_text_document"
+        with pytest.raises(
+            FileNotFoundError,
+            match=rf"no such file, and no Megatron dataset of that prefix \(neither "
+            rf"{prefix}\.bin nor {prefix}\.idx exists\)",
+        ):
+            setup_flat(tmp_path / given)

@@ -323,6 +323,17 @@ def test_byte_order_mark_and_blank_lines(tmp_path):
     assert list(read_records(str(txt))) == ["first", "second"]
 
 
+def test_a_csv_line_of_only_whitespace_is_not_a_record(tmp_path):
+    """The rule of shards/lines.py, which csv reads as a row of one field."""
+    path = tmp_path / "blank.csv"
+    path.write_text("id,text\n   \n0,a\n   \n\t\n\n1,b\n", encoding="utf-8-sig")
+    for on_error in ("raise", "skip"):
+        index = index_shard(str(path), on_error=on_error, cache_dir=False)
+        assert index.count == 2 and not index.skipped
+        records = list(read_records(str(path), on_error=on_error, index=index))
+        assert records == [{"id": "0", "text": "a"}, {"id": "1", "text": "b"}]
+
+
 def test_http_stream_through_workers(http_root, tmp_path):
     from collections import Counter
 

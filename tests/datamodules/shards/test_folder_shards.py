@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +180,17 @@ def test_parquet_shards_read_by_hf_datasets_and_the_stream(
     assert first.shape[2] == 3 and stream.num_classes == 3
 
 
+def test_a_png_folder_gives_png_records(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "src"
+    for i in range(6):
+        (src / CLASSES[i % 3]).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (12, 9), (i * 40, 0, 0)).save(src / CLASSES[i % 3] / f"{i}.png")
+    assert run(src, tmp_path / "out", "--val-split", "0") == 0
+    assert "image_key='png'" in capsys.readouterr().out
+    records = members(sorted((tmp_path / "out").glob("train-*.tar")))
+    assert len(records) == 6 and all("png" in r and "jpg" not in r for r in records)
+
+
 def test_the_command_line_names_bad_arguments(src: Path, tmp_path: Path, capsys) -> None:
     assert run(tmp_path / "nothing", tmp_path / "out") == 2
     assert "is not a folder of class folders" in capsys.readouterr().err
@@ -193,3 +205,9 @@ def test_the_command_line_names_bad_arguments(src: Path, tmp_path: Path, capsys)
         timeout=120,
     )
     assert result.returncode == 0 and "--resize" in result.stdout and "--workers" in result.stdout
+    # Plain text, not reStructuredText, and every option's default said.
+    assert not any(mark in result.stdout for mark in ("``", ":func:", ":mod:", ":class:"))
+    assert re.search(r"--workers N +at most N processes \(default: the CPU count, \d+ here\)",
+                     result.stdout)  # fmt: skip
+    options = re.findall(r"^  (--[a-z-]+)", result.stdout, re.MULTILINE)
+    assert len(options) == 7 and result.stdout.count("(default:") == 7

@@ -1,0 +1,159 @@
+"""A real HTTP server on 127.0.0.1 that serves a folder as object storage does, and counts.
+
+It serves byte ranges (``206`` with ``Content-Range``), an ``ETag`` and ``Last-Modified`` per
+file (from its size and modification time), answers a matching ``If-None-Match`` with ``304``,
+and counts every request per (method, path) and every body byte sent. ``latency`` (seconds
+before each answer) and ``bandwidth`` (bytes/s per connection) make it as slow as a remote
+store when asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CountingServer", "counting_server"]
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    owner: CountingServer
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _file(self) -> Path | None:
+        path = Path(self.translate_path(self.path))
+        return path if path.is_file() else None
+
+    def _validators(self, path: Path) -> dict[str, str]:
+        st = path.stat()
+        return {
+            "ETag": f'"{st.st_size:x}-{st.st_mtime_ns:x}"',
+            "Last-Modified": self.date_time_string(int(st.st_mtime)),
+        }
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+        self.owner.note("HEAD", self.path, 0)
+        time.sleep(self.owner.latency)
+        path = self._file()
+        if path is None:
+            self.send_error(404, "Not Found")
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(path.stat().st_size))
+        for key, value in self._validators(path).items():
+            self.send_header(key, value)
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802
+        time.sleep(self.owner.latency)
+        path = self._file()
+        if path is None:
+            self.owner.note("GET", self.path, 0)
+            self.send_error(404, "Not Found")
+            return
+        data = path.read_bytes()
+        validators = self._validators(path)
+        if self.headers.get("If-None-Match") == validators["ETag"]:
+            self.owner.note("GET", self.path, 0)
+            self.send_response(304)
+            for key, value in validators.items():
+                self.send_header(key, value)
+            self.end_headers()
+            return
+        start, end = 0, len(data) - 1
+        header = self.headers.get("Range")
+        if header:
+            first, _, last = header.split("=", 1)[1].partition("-")
+            start = int(first)
+            end = min(int(last), len(data) - 1) if last else len(data) - 1
+        body = memoryview(data)[start : end + 1]
+        self.send_response(206 if header else 200)
+        self.send_header("Content-Length", str(len(body)))
+        if header:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        for key, value in validators.items():
+            self.send_header(key, value)
+        self.end_headers()
+        sent = 0
+        began = time.perf_counter()
+        chunk = 64 * 1024
+        try:
+            for at in range(0, len(body), chunk):
+                self.wfile.write(body[at : at + chunk])
+                sent += len(body[at : at + chunk])
+                if self.owner.bandwidth:
+                    ahead = (at + chunk) / self.owner.bandwidth - (time.perf_counter() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except (BrokenPipeError, ConnectionResetError):  # the client went away
+            pass
+        finally:
+            self.owner.note("GET", self.path, sent)
+
+
+class CountingServer:
+    """The server's address and counts.
+
+    Attributes:
+        url: ``http://127.0.0.1:PORT``.
+        requests: Requests per ``(method, path)``.
+        bytes: Body bytes sent per path.
+    """
+
+    def __init__(self, root: str | os.PathLike, latency: float = 0.0, bandwidth: float = 0.0):
+        self.latency, self.bandwidth = latency, bandwidth
+        self.requests: Counter = Counter()
+        self.bytes: Counter = Counter()
+        self._lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"owner": self})
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), partial(handler, directory=os.fspath(root))
+        )
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,))
+        self._thread.daemon = True
+        self._thread.start()
+
+    def note(self, method: str, path: str, sent: int) -> None:
+        with self._lock:
+            self.requests[(method, path)] += 1
+            self.bytes[path] += sent
+
+    def reset(self) -> None:
+        """Forgets the counts so far."""
+        with self._lock:
+            self.requests.clear()
+            self.bytes.clear()
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def counting_server(root: str | os.PathLike, **kwargs: Any) -> Iterator[CountingServer]:
+    """A :class:`CountingServer` of ``root`` for the ``with`` block."""
+    server = CountingServer(root, **kwargs)
+    try:
+        yield server
+    finally:
+        server.close()
