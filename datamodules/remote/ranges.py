@@ -324,14 +324,14 @@ class ReadAhead(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def _request(self, start: int, end: int, first: bool = False) -> _Part:
-        part = _Part(start, end, first, not first and self.file.ranges is None)
+    def _request(self, start: int, end: int, first: bool = False, guess: bool = False) -> _Part:
+        part = _Part(start, end, first, guess)
         part.future = self.pool.submit(READING, lambda: self.file.fetch(part, part.put))
         part.future.add_done_callback(lambda future: part.finish(future))
         return part
 
-    def _add(self, end: int, first: bool = False) -> None:
-        self.parts.append(self._request(self.next, end, first))
+    def _add(self, end: int, first: bool = False, guess: bool = False) -> None:
+        self.parts.append(self._request(self.next, end, first, guess))
         self.next = end
         self.asked_first = self.asked_first or first
 
@@ -354,8 +354,13 @@ class ReadAhead(io.RawIOBase):
             self.step = part_size(self.options, file.size - self.next, self.pool.size)
         window = max(2, min(self.pool.size + 1, READ_AHEAD // self.step))
         while len(self.parts) < window and self.next < file.size:
-            first = file.ranges is None and not self.asked_first  # its answer says if ranges
-            self._add(min(self.next + self.step, file.size), first)  # are served
+            # Read once: the first answer may come meanwhile (a part asked for before it is a
+            # guess, void if ranges are not served; none is asked for after a 200).
+            ranges = file.ranges
+            if ranges is False:
+                break
+            first = ranges is None and not self.asked_first  # its answer says if ranges are
+            self._add(min(self.next + self.step, file.size), first, ranges is None and not first)
 
     def readinto(self, buffer: Any) -> int:
         while True:
@@ -376,11 +381,16 @@ class ReadAhead(io.RawIOBase):
             self.parts.popleft()
             if head.void is not None and self.file.ranges:  # ranges are served after all
                 self.parts.appendleft(self._request(head.start, head.void))
+            elif head.void is not None:  # no ranges: the rest is read in order from here
+                self._drop()
 
-    def close(self) -> None:
+    def _drop(self) -> None:
         for part in self.parts:
             part.abandon()
         self.parts.clear()
+
+    def close(self) -> None:
+        self._drop()
         if self.seq is not None:
             self.seq.close()
         super().close()
@@ -420,8 +430,8 @@ def download(
             written += len(data)
         return True
 
-    def start(begin: int, end: int | None, first: bool = False) -> _Part:
-        part = _Part(begin, end, first, not first and file.ranges is None, whole=True)
+    def start(begin: int, end: int | None, first: bool = False, guess: bool = False) -> _Part:
+        part = _Part(begin, end, first, guess, whole=True)
         part.future = workers.submit(priority, lambda: file.fetch(part, sink))
         parts.append(part)
         return part
@@ -446,7 +456,12 @@ def download(
         else:
             step = part_size(options, file.size - begin, workers.size)
             for a in range(begin, file.size, step):
-                start(a, min(a + step, file.size), first=file.ranges is None and a == 0)
+                ranges = file.ranges  # read once: the first answer may come meanwhile
+                if ranges is False:  # a 200 to the first part, which reads the whole body
+                    break
+                start(
+                    a, min(a + step, file.size), ranges is None and a == 0, ranges is None and a > 0
+                )
         if requested is not None:
             requested.set()
         wait()

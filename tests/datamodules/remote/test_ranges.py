@@ -325,6 +325,39 @@ def test_parts_asked_before_the_first_answer_are_dropped_without_ranges(
     assert opts.stats.retries == 0 and opts.stats.failures == 0
 
 
+def test_a_first_answer_that_comes_while_parts_are_asked_for(
+    plain, data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The first answer (a 200: no ranges) arrives between two parts being asked for: the
+    parts asked before it are guesses (dropped), none is asked after it, and the bytes are
+    still the file's in order (once, a reader put a later part's bytes at the offset of a
+    dropped one; a download counted the whole body and a part of it twice)."""
+    base, gets = plain
+    expected = (data / "blob.bin").read_bytes()
+    submit = pool_module.RequestPool.submit
+    futures: list = []
+
+    def submit_then_answer(self, priority, call):  # the 2nd (then 3rd) waits for the 1st
+        future = submit(self, priority, call)
+        futures.append(future)
+        if len(futures) == 2 + wait_after:
+            futures[0].result(timeout=10)
+        return future
+
+    monkeypatch.setattr(pool_module.RequestPool, "submit", submit_then_answer)
+    opts = options(connections=4)
+    wait_after = 0  # ReadAhead: the first part, one guess, then the answer
+    assert read_all(f"{base}/blob.bin", opts, 0, SIZE) == expected
+    assert len(futures) == 2  # nothing asked for after the 200
+    assert gets["/blob.bin"] == 3  # the first part, the dropped guess, the rest in order
+    ranges._NO_RANGES.clear()
+    futures.clear()
+    wait_after = -1  # download: the first part (the whole body) answered before the next
+    assert ranges.download(f"{base}/blob.bin", str(tmp_path / "copy"), opts, SIZE) == SIZE
+    assert (tmp_path / "copy").read_bytes() == expected
+    assert len(futures) == 1 and gets["/blob.bin"] == 4
+
+
 def test_a_shard_rewritten_since_its_index_is_named_by_every_range_reader(
     ranged, plain, data: Path, tmp_path: Path
 ) -> None:
