@@ -118,10 +118,12 @@ class ShardCache:
         size: int | None,
         priority: tuple[int, int] = READING,
         requested: threading.Event | None = None,
+        share: int | None = None,
     ) -> str:
         """Downloads ``url`` unless a valid copy is there; returns the copy's path.
         ``priority``: its requests' in the process's pool (default: needed now);
-        ``requested``: set once they are all asked for."""
+        ``requested``: set once they are all asked for; ``share``: the connections its parts
+        spread over (:func:`~datamodules.remote.ranges.download`)."""
         path = self.entry(url)
         if self._valid(path, version, size):
             return path
@@ -129,7 +131,7 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one download per machine
             if not self._valid(path, version, size):
-                self._download(url, path, version, size, priority, requested)
+                self._download(url, path, version, size, priority, requested, share)
                 self.downloads += 1
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -157,10 +159,11 @@ class ShardCache:
         size: int | None,
         priority: tuple[int, int] = READING,
         requested: threading.Event | None = None,
+        share: int | None = None,
     ) -> None:
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            download(url, tmp, self.options, size, priority, requested)
+            download(url, tmp, self.options, size, priority, requested, share)
             got = os.path.getsize(tmp)
             if size is not None and got != size:
                 raise RemoteError(url, None, f"downloaded {got} bytes, the index says {size}")
@@ -245,14 +248,19 @@ class Prefetcher:
     ) -> None:
         """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order;
         with ``after_reading``, once a shard being read has asked for its first parts (or
-        after :attr:`GRACE` seconds)."""
+        after :attr:`GRACE` seconds). Each counts among the files that share the process's
+        connections (:meth:`~datamodules.remote.pool.RequestPool.share`) until it is
+        fetched: a few shards at once are each asked for in fewer, larger parts."""
         if self.ahead <= 0:
             return
-        for url, version, size in upcoming:
-            if not is_remote(url) or url in self._futures:
-                continue
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
+        new = {url: (url, version, size) for url, version, size in upcoming
+               if is_remote(url) and url not in self._futures}  # fmt: skip
+        if not new:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
+        pool(self.cache.options).add_file(len(new))  # all counted before the first starts
+        for url, version, size in new.values():
             order = next(self._order)
             before, self._requested = self._requested, threading.Event()
             self._futures[url] = self._pool.submit(
@@ -263,11 +271,14 @@ class Prefetcher:
         """Downloads one shard once the one before it has asked for its parts (requests
         that have started are not preempted: the next shard's go first)."""
         try:
+            workers = pool(self.cache.options)
             if after:
-                pool(self.cache.options).reading.wait(self.GRACE)
+                workers.reading.wait(self.GRACE)
             before.wait(self.GRACE)
-            return self.cache.ensure(url, version, size, (PREFETCH, order), requested)
+            share = workers.share()
+            return self.cache.ensure(url, version, size, (PREFETCH, order), requested, share)
         finally:
+            pool(self.cache.options).add_file(-1)
             requested.set()
 
     def wait(self, url: str) -> None:

@@ -71,8 +71,22 @@ class RequestPool:
         self.lock = threading.Lock()
         self.running = 0  # requests open now (read by the tests)
         self.most = 0  # the most open at once
+        self.files = 0  # files being read or fetched through the pool now
         #: Set once a file being read has asked for its parts (prefetch may wait for it).
         self.reading = threading.Event()
+
+    def add_file(self, n: int = 1) -> None:
+        """Counts ``n`` more files read or fetched through the pool now (-n: done)."""
+        with self.lock:
+            self.files += n
+
+    def share(self) -> int:
+        """The connections one of the files read or fetched now may spread its parts over:
+        the pool's, split between them (at least 1). A request's latency is paid per part, so
+        several files at once are each asked for in fewer, larger parts; more parts than
+        connections would only queue behind each other."""
+        with self.lock:
+            return max(1, self.size // max(1, self.files))
 
     def submit(self, priority: tuple[int, int], call: Callable[[], Any]) -> Future:
         future: Future = Future()

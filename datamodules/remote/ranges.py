@@ -320,6 +320,8 @@ class ReadAhead(io.RawIOBase):
         self.parts: deque[_Part] = deque()
         self.asked_first = False
         self.seq: ResumableRemoteFile | None = None  # a server without ranges: in order
+        self.pool.add_file()  # shares the pool's connections with the others read or fetched
+        self.counted = True
 
     def readable(self) -> bool:
         return True
@@ -351,7 +353,7 @@ class ReadAhead(io.RawIOBase):
                 self._add(self.next + part_size(self.options, None, 1), first=True)
             return
         if self.step is None:  # once the size is known
-            self.step = part_size(self.options, file.size - self.next, self.pool.size)
+            self.step = part_size(self.options, file.size - self.next, self.pool.share())
         window = max(2, min(self.pool.size + 1, READ_AHEAD // self.step))
         while len(self.parts) < window and self.next < file.size:
             # Read once: the first answer may come meanwhile (a part asked for before it is a
@@ -390,6 +392,9 @@ class ReadAhead(io.RawIOBase):
         self.parts.clear()
 
     def close(self) -> None:
+        if getattr(self, "counted", False):
+            self.counted = False
+            self.pool.add_file(-1)
         self._drop()
         if self.seq is not None:
             self.seq.close()
@@ -403,12 +408,15 @@ def download(
     size: int | None = None,
     priority: tuple[int, int] = READING,
     requested: threading.Event | None = None,
+    share: int | None = None,
 ) -> int:
     """Downloads ``url`` into ``path`` over concurrent range requests (parts written at their
     offsets); returns the bytes written. ``size``: the file's, if known (all parts are then
     requested at once; the answers' ``Content-Range`` must agree). ``priority``: in the
     process's pool (:data:`~datamodules.remote.pool.READING`: needed now). ``requested``:
-    set once every part has been asked for (or the download ended).
+    set once every part has been asked for (or the download ended). ``share``: the
+    connections its parts spread over (default: the pool's; a caller fetching several files
+    at once gives each a share, so that each is asked for in fewer, larger parts).
 
     Raises:
         RemoteError: A part failed for good (after its retries), naming the URL.
@@ -454,7 +462,7 @@ def download(
         elif file.ranges is False or file.size is None:
             start(begin, None)  # one response to the end
         else:
-            step = part_size(options, file.size - begin, workers.size)
+            step = part_size(options, file.size - begin, share or workers.size)
             for a in range(begin, file.size, step):
                 ranges = file.ranges  # read once: the first answer may come meanwhile
                 if ranges is False:  # a 200 to the first part, which reads the whole body

@@ -256,6 +256,47 @@ def test_a_file_is_spread_over_the_connections_in_parts_of_1_to_8_mib() -> None:
     assert ranges.part_size(RemoteOptions(part_size=12345), 4000 * mib, 8) == 12345
 
 
+def test_files_fetched_at_once_share_the_connections(ranged, data: Path, monkeypatch) -> None:
+    """Shards scheduled together split the process's connections: each is asked for in
+    fewer, larger parts (a request's latency is paid per part); one alone uses them all."""
+    from datamodules.remote.cache import Prefetcher
+
+    base, state = ranged
+    monkeypatch.setattr(ranges, "MIN_PART", PART)  # parts of 64 KiB steps, as the test's files
+    monkeypatch.setattr(ranges, "_CHUNK", PART)
+    for k in (2, 3):
+        (data / f"blob{k}.bin").write_bytes(os.urandom(SIZE))
+    opts = RemoteOptions(retries=3, timeout=5, backoff=0.01, connections=4)
+    cache = ShardCache(None, None, opts)
+    prefetcher = Prefetcher(cache, 2)
+    urls = [f"{base}/blob.bin", f"{base}/blob2.bin"]
+    prefetcher.schedule([(url, None, SIZE) for url in urls])  # 2 files: 2 connections each
+    for url in urls:
+        prefetcher.wait(url)
+        name = url.rsplit("/", 1)[1]
+        assert Path(cache.entry(url)).read_bytes() == (data / name).read_bytes()
+    half = 6 * PART  # ceil(SIZE / 2) in whole steps
+    parts = ((0, half), (half, SIZE))
+    names = ("blob.bin", "blob2.bin")
+    assert sorted(state["ranges"]) == [(f"/{n}", a, b) for n in names for a, b in parts]
+    pool = pool_module.pool(opts)
+    assert pool.files == 0  # each counted while it was fetched
+    state["ranges"].clear()
+    prefetcher.schedule([(f"{base}/blob3.bin", None, SIZE)])  # alone: all 4 connections
+    prefetcher.wait(f"{base}/blob3.bin")
+    quarter = 3 * PART  # ceil(SIZE / 4) in whole steps
+    assert sorted(state["ranges"]) == [
+        ("/blob3.bin", a, min(a + quarter, SIZE)) for a in range(0, SIZE, quarter)
+    ]
+    state["ranges"].clear()
+    with open_binary(f"{base}/blob.bin", 0, opts, SIZE) as f:  # a shard read while another
+        pool.add_file()  # is fetched: each gets half the connections
+        assert f.read() == (data / "blob.bin").read_bytes()
+        pool.add_file(-1)
+    assert sorted(state["ranges"]) == [("/blob.bin", 0, half), ("/blob.bin", half, SIZE)]
+    assert pool.files == 0
+
+
 def test_a_failing_part_is_retried_from_the_byte_it_reached(ranged, data: Path, tmp_path) -> None:
     base, state = ranged
     expected = (data / "blob.bin").read_bytes()
