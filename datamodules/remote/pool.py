@@ -36,7 +36,7 @@ __all__ = [
 #: Range requests one node's processes may have open at once, all together.
 NODE_CONNECTIONS = 64
 #: The most range requests one process has open at once.
-MAX_CONNECTIONS = 8
+MAX_CONNECTIONS = 16
 #: Priorities in the pool, lowest first: a file being read, then files fetched ahead, by the
 #: order they were scheduled in (``(PREFETCH, n)``).
 READING, PREFETCH = (0, 0), 1
