@@ -31,6 +31,7 @@ __all__ = [
     "RequestPool",
     "connections",
     "pool",
+    "wait_reading",
 ]
 
 #: Range requests one node's processes may have open at once, all together.
@@ -92,6 +93,7 @@ class RequestPool:
         future: Future = Future()
         if priority[0] == READING[0]:
             self.reading.set()
+            _reading.set()
         self.tasks.put((priority, next(self.order), call, future))
         with self.lock:
             if len(self.threads) < self.size:
@@ -119,11 +121,19 @@ class RequestPool:
 
 _pool_lock = threading.Lock()
 _pool_now: RequestPool | None = None
+_reading = threading.Event()  # a file being read in this process has asked for parts
 
 
 def _after_fork() -> None:  # the child has none of the parent's threads, nor its lock's owner
-    global _pool_lock, _pool_now
-    _pool_lock, _pool_now = threading.Lock(), None
+    global _pool_lock, _pool_now, _reading
+    _pool_lock, _pool_now, _reading = threading.Lock(), None, threading.Event()
+
+
+def wait_reading(timeout: float) -> bool:
+    """Waits, at most ``timeout`` seconds, until a file being read in this process has asked
+    for its first parts (:data:`READING`); whether one has. Work that would slow those
+    requests down waits for them to be out (a worker's imports, say, while they are answered)."""
+    return _reading.wait(timeout)
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -10,12 +10,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
+from torch.utils.data import get_worker_info
+
 from datamodules.remote.cache import Prefetcher, ShardCache
 from datamodules.remote.files import default_options, is_remote, local_path
+from datamodules.remote.pool import wait_reading
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 from datamodules.remote.versions import (
     Expected,
@@ -28,7 +33,7 @@ from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.index import ShardIndex, trusted_index_file
 from datamodules.shards.records import read_blocks, read_records
 
-__all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader"]
+__all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader", "head_start"]
 
 Reader = Callable[[str, int, int], Iterable[Any]]
 
@@ -36,6 +41,31 @@ Reader = Callable[[str, int, int], Iterable[Any]]
 #: shards: small shards are fetched further ahead so that the worker's connections stay busy
 #: (a request's latency is paid per shard; see docs/benchmarks.md, "Remote streams").
 PREFETCH_BYTES = 32 << 20
+
+
+_HEAD_STARTS: set[str] = set()  # the work started in this worker
+
+
+def head_start(planned: Sequence[str], name: str, work: Callable[[], Any]) -> None:
+    """Runs ``work`` (a worker's one-time work, such as the imports its first batch needs)
+    in a thread, once per process, in a DataLoader worker whose first shard is remote: once
+    that shard has asked for its first parts (at most 0.5 s later), so that it fills their
+    wait instead of following it. A local shard has no wait to fill, and the main process
+    (which may fork workers meanwhile) never runs it. Errors are dropped: the same work,
+    done again where it is needed, reports them.
+    """
+    if name in _HEAD_STARTS or not planned or not is_remote(planned[0]):
+        return
+    if get_worker_info() is None:
+        return
+    _HEAD_STARTS.add(name)
+
+    def run() -> None:
+        wait_reading(0.5)
+        with contextlib.suppress(Exception):  # only a head start
+            work()
+
+    threading.Thread(target=run, name=f"head-start-{name}", daemon=True).start()
 
 
 class ShardReader:
