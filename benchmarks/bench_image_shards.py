@@ -24,9 +24,10 @@ of RandomResizedCrop(224) + horizontal flip to uint8, every image counted; media
   shards on local disk against the same shards from ``bench_remote.py``'s HTTP server
   (``--latency`` 100 ms per request, ``--bandwidth`` 20 MB/s per connection; byte ranges
   served), with the seconds to each epoch's first batch: the first
-  epoch (no cache) with the defaults (``shuffle_buffer=10000``, ``prefetch_shards=1``) and
-  with ``shuffle_buffer=1000, prefetch_shards=4``, each against local disk with the same
-  buffer; and an epoch from the cache (``cache_dir``; the previous epoch filled it).
+  epoch (no cache) with the library's defaults (``shuffle_buffer=None``, which is 1,000 for
+  image records, and ``prefetch_shards=1``) and with ``shuffle_buffer=256,
+  prefetch_shards=4``, each against local disk with the same buffer; and an epoch from the
+  cache (``cache_dir``, the defaults; the previous epoch filled it).
 
 * **Writer**: ``python -m datamodules shards SRC OUT`` in-process (planning included, default
   ``--workers``), against copying the same files' bytes one by one with ``shutil.copyfile``
@@ -187,7 +188,7 @@ def remote(root: Path, shards: list[str], n: int, repeats: int, latency: float, 
 
     try:
         for _ in range(repeats):
-            for buffer, prefetch in ((10_000, 1), (REMOTE_BUFFER, REMOTE_PREFETCH)):
+            for buffer, prefetch in ((None, 1), (REMOTE_BUFFER, REMOTE_PREFETCH)):
                 settings = f"shuffle_buffer={buffer}"
                 fresh = {
                     "persistent_workers": False,
@@ -201,7 +202,7 @@ def remote(root: Path, shards: list[str], n: int, repeats: int, latency: float, 
             shutil.rmtree(cache, ignore_errors=True)
             cached = ours(urls, persistent_workers=False, index_cache=index, cache_dir=cache)
             images_per_second(cached.train_dataloader(), n)  # fills the cache
-            epoch("from the cache, shuffle_buffer=10000", cached)
+            epoch("from the cache, shuffle_buffer=None", cached)
     finally:
         server.shutdown()
     return {
