@@ -96,11 +96,26 @@ class RequestPool:
             _reading.set()
         self.tasks.put((priority, next(self.order), call, future))
         with self.lock:
-            if len(self.threads) < self.size:
-                thread = threading.Thread(target=self._run, name="ranges", daemon=True)
-                self.threads.append(thread)
-                thread.start()
+            start = not self.threads
+            if start:
+                self.threads.append(
+                    threading.Thread(target=self._start, name="ranges", daemon=True)
+                )
+        if start:
+            self.threads[0].start()
         return future
+
+    def _start(self) -> None:
+        """The first thread: starts the others, then runs requests too. Started here, not by
+        :meth:`submit`, because starting a thread waits for it to run: milliseconds each
+        (more while the reader's thread holds the interpreter), paid by a worker's first
+        burst of requests 16 times over."""
+        for _ in range(self.size - 1):
+            thread = threading.Thread(target=self._run, name="ranges", daemon=True)
+            with self.lock:
+                self.threads.append(thread)
+            thread.start()
+        self._run()
 
     def _run(self) -> None:
         while True:
