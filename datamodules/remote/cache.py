@@ -259,10 +259,12 @@ class Prefetcher:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
-        pool(self.cache.options).add_file(len(new))  # all counted before the first starts
+        workers = pool(self.cache.options)
+        workers.add_file(len(new))  # all counted before the first starts
+        workers.asking_for(len(new))
         for url, version, size in new.values():
             order = next(self._order)
-            before, self._requested = self._requested, threading.Event()
+            before, self._requested = self._requested, _Requested(workers)
             self._futures[url] = self._pool.submit(
                 self._fetch, url, version, size, order, after_reading, before, self._requested
             )
@@ -287,6 +289,20 @@ class Prefetcher:
         if future is not None:
             with contextlib.suppress(Exception):
                 future.result()
+
+
+class _Requested(threading.Event):
+    """Set once a prefetched shard has asked for all its parts (or its fetch ended); the
+    process's pool then counts it as no longer asking (set from its fetch's thread only)."""
+
+    def __init__(self, workers: Any) -> None:
+        super().__init__()
+        self.workers = workers
+
+    def set(self) -> None:
+        if not self.is_set():
+            super().set()
+            self.workers.asking_for(-1)
 
 
 def _lock_file(path: str) -> int:

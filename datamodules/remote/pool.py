@@ -17,6 +17,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -31,7 +32,7 @@ __all__ = [
     "RequestPool",
     "connections",
     "pool",
-    "wait_reading",
+    "wait_requested",
 ]
 
 #: Range requests one node's processes may have open at once, all together.
@@ -73,6 +74,8 @@ class RequestPool:
         self.running = 0  # requests open now (read by the tests)
         self.most = 0  # the most open at once
         self.files = 0  # files being read or fetched through the pool now
+        self.asking = 0  # files scheduled to be fetched that have not asked for all parts
+        self.asked = threading.Condition(self.lock)
         #: Set once a file being read has asked for its parts (prefetch may wait for it).
         self.reading = threading.Event()
 
@@ -80,6 +83,13 @@ class RequestPool:
         """Counts ``n`` more files read or fetched through the pool now (-n: done)."""
         with self.lock:
             self.files += n
+
+    def asking_for(self, n: int) -> None:
+        """Counts ``n`` more files scheduled to be fetched that have not yet asked for all
+        their parts (-1: one has)."""
+        with self.asked:
+            self.asking += n
+            self.asked.notify_all()
 
     def share(self) -> int:
         """The connections one of the files read or fetched now may spread its parts over:
@@ -144,11 +154,20 @@ def _after_fork() -> None:  # the child has none of the parent's threads, nor it
     _pool_lock, _pool_now, _reading = threading.Lock(), None, threading.Event()
 
 
-def wait_reading(timeout: float) -> bool:
+def wait_requested(timeout: float) -> bool:
     """Waits, at most ``timeout`` seconds, until a file being read in this process has asked
-    for its first parts (:data:`READING`); whether one has. Work that would slow those
-    requests down waits for them to be out (a worker's imports, say, while they are answered)."""
-    return _reading.wait(timeout)
+    for its first parts (:data:`READING`) and the files scheduled to be fetched ahead have
+    asked for all of theirs; whether they have. Work that would slow those requests down
+    (a worker's imports, say) waits for them to be out, then runs while they are answered."""
+    deadline = time.monotonic() + timeout
+    if not _reading.wait(timeout):
+        return False
+    requests = _pool_now
+    if requests is None:
+        return True
+    with requests.asked:
+        left = max(0.0, deadline - time.monotonic())
+        return requests.asked.wait_for(lambda: requests.asking <= 0, left)
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -20,7 +20,7 @@ from torch.utils.data import get_worker_info
 
 from datamodules.remote.cache import Prefetcher, ShardCache
 from datamodules.remote.files import default_options, is_remote, local_path
-from datamodules.remote.pool import wait_reading
+from datamodules.remote.pool import wait_requested
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 from datamodules.remote.versions import (
     Expected,
@@ -49,10 +49,11 @@ _HEAD_STARTS: set[str] = set()  # the work started in this worker
 def head_start(planned: Sequence[str], name: str, work: Callable[[], Any]) -> None:
     """Runs ``work`` (a worker's one-time work, such as the imports its first batch needs)
     in a thread, once per process, in a DataLoader worker whose first shard is remote: once
-    that shard has asked for its first parts (at most 0.5 s later), so that it fills their
-    wait instead of following it. A local shard has no wait to fill, and the main process
-    (which may fork workers meanwhile) never runs it. Errors are dropped: the same work,
-    done again where it is needed, reports them.
+    that shard has asked for its first parts and the shards fetched ahead for theirs (at most
+    0.5 s later; :func:`~datamodules.remote.pool.wait_requested`), so that it fills their
+    wait instead of following it (or slowing the requests down). A local shard has no wait
+    to fill, and the main process (which may fork workers meanwhile) never runs it. Errors
+    are dropped: the same work, done again where it is needed, reports them.
     """
     if name in _HEAD_STARTS or not planned or not is_remote(planned[0]):
         return
@@ -61,7 +62,7 @@ def head_start(planned: Sequence[str], name: str, work: Callable[[], Any]) -> No
     _HEAD_STARTS.add(name)
 
     def run() -> None:
-        wait_reading(0.5)
+        wait_requested(0.5)
         with contextlib.suppress(Exception):  # only a head start
             work()
 

@@ -22,7 +22,7 @@ from datamodules.streaming.engine import readers
 def fresh(monkeypatch):
     monkeypatch.setattr(readers, "_HEAD_STARTS", set())
     waited: list[float] = []
-    monkeypatch.setattr(readers, "wait_reading", lambda timeout: waited.append(timeout) or True)
+    monkeypatch.setattr(readers, "wait_requested", lambda timeout: waited.append(timeout) or True)
     return waited
 
 
@@ -49,7 +49,7 @@ def test_head_start_runs_once_in_a_worker_whose_first_shard_is_remote(fresh, mon
     readers.head_start(["s3://bucket/a.jsonl"], "t", work)  # once per process
     _join("head-start-t")
     assert calls == ["head-start-t"]
-    assert fresh == [0.5]  # after the first parts were asked for (or half a second)
+    assert fresh == [0.5]  # once the first requests were out (or half a second)
 
 
 def test_a_failing_head_start_is_dropped(fresh, monkeypatch) -> None:
@@ -67,17 +67,24 @@ def test_a_failing_head_start_is_dropped(fresh, monkeypatch) -> None:
 
 
 def _child_waits(queue) -> None:
-    queue.put(pool_module.wait_reading(0))
+    queue.put(pool_module.wait_requested(0))
 
 
-def test_wait_reading_is_set_by_a_read_and_not_inherited_by_a_fork(monkeypatch) -> None:
+def test_wait_requested_waits_for_a_read_and_the_fetches_ahead(monkeypatch) -> None:
     monkeypatch.setattr(pool_module, "_reading", threading.Event())
     requests = pool_module.RequestPool(2)
-    assert pool_module.wait_reading(0) is False
+    monkeypatch.setattr(pool_module, "_pool_now", requests)
+    assert pool_module.wait_requested(0) is False
     requests.submit((pool_module.PREFETCH, 0), lambda: None).result(timeout=10)
-    assert pool_module.wait_reading(0) is False  # a prefetch is not a read
+    assert pool_module.wait_requested(0) is False  # a prefetch is not a read
     requests.submit(pool_module.READING, lambda: None).result(timeout=10)
-    assert pool_module.wait_reading(0) is True
+    assert pool_module.wait_requested(0) is True
+    requests.asking_for(2)  # two shards scheduled ahead, their parts not yet asked for
+    assert pool_module.wait_requested(0.01) is False
+    requests.asking_for(-1)
+    assert pool_module.wait_requested(0) is False
+    threading.Timer(0.05, requests.asking_for, (-1,)).start()
+    assert pool_module.wait_requested(10) is True  # the last one asked: no need to wait on
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_child_waits, args=(queue,))
