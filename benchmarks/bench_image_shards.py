@@ -22,10 +22,12 @@ of RandomResizedCrop(224) + horizontal flip to uint8, every image counted; media
 
 * **Remote** (a fresh loader per epoch, worker start included, as ``bench_remote.py``): the
   shards on local disk against the same shards from ``bench_remote.py``'s HTTP server
-  (``--latency`` 100 ms per request, ``--bandwidth`` 20 MB/s per connection): the first
-  epoch (no cache) with the defaults (``shuffle_buffer=10000``, ``prefetch_shards=1``) and
-  with ``shuffle_buffer=1000, prefetch_shards=4``, each against local disk with the same
-  buffer; and an epoch from the cache (``cache_dir``; the previous epoch filled it).
+  (``--latency`` 100 ms per request, ``--bandwidth`` 20 MB/s per connection; byte ranges
+  served), with the seconds to each epoch's first batch: the first
+  epoch (no cache) with the library's defaults (``shuffle_buffer=None``, which is 1,000 for
+  image records, and ``prefetch_shards=1``) and with ``shuffle_buffer=256,
+  prefetch_shards=4``, each against local disk with the same buffer; and an epoch from the
+  cache (``cache_dir``, the defaults; the previous epoch filled it).
 
 * **Writer**: ``python -m datamodules shards SRC OUT`` in-process (planning included, default
   ``--workers``), against copying the same files' bytes one by one with ``shutil.copyfile``
@@ -70,12 +72,22 @@ REMOTE_BUFFER, REMOTE_PREFETCH = 256, 4
 
 
 def images_per_second(loader: Any, n: int, images: Any = lambda b: b[0]) -> float:
+    return timed_epoch(loader, n, images)[0]
+
+
+def timed_epoch(loader: Any, n: int, images: Any = lambda b: b[0]) -> tuple[float, float]:
+    """Images per second over one epoch, and the seconds to its first batch."""
     began = time.perf_counter()
-    seen = sum(len(images(batch)) for batch in loader)
+    first = None
+    seen = 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - began
+        seen += len(images(batch))
     elapsed = time.perf_counter() - began
     if seen != n:
         raise AssertionError(f"{seen} images instead of {n}")
-    return n / elapsed
+    return n / elapsed, first or 0.0
 
 
 def ours(shards: list[str], **kwargs: Any) -> StreamingDataModule:
@@ -166,14 +178,17 @@ def remote(root: Path, shards: list[str], n: int, repeats: int, latency: float, 
     urls = [f"{base}/{Path(p).relative_to(root).as_posix()}" for p in shards]
     index = root / "index"
     rates: dict[str, list[float]] = {}
+    firsts: dict[str, list[float]] = {}
 
     def epoch(name: str, dm: StreamingDataModule) -> None:
         loader = dm.train_dataloader()  # indexed here, outside the timing
-        rates.setdefault(name, []).append(images_per_second(loader, n))
+        rate, first = timed_epoch(loader, n)
+        rates.setdefault(name, []).append(rate)
+        firsts.setdefault(name, []).append(first)
 
     try:
         for _ in range(repeats):
-            for buffer, prefetch in ((10_000, 1), (REMOTE_BUFFER, REMOTE_PREFETCH)):
+            for buffer, prefetch in ((None, 1), (REMOTE_BUFFER, REMOTE_PREFETCH)):
                 settings = f"shuffle_buffer={buffer}"
                 fresh = {
                     "persistent_workers": False,
@@ -187,10 +202,12 @@ def remote(root: Path, shards: list[str], n: int, repeats: int, latency: float, 
             shutil.rmtree(cache, ignore_errors=True)
             cached = ours(urls, persistent_workers=False, index_cache=index, cache_dir=cache)
             images_per_second(cached.train_dataloader(), n)  # fills the cache
-            epoch("from the cache, shuffle_buffer=10000", cached)
+            epoch("from the cache, shuffle_buffer=None", cached)
     finally:
         server.shutdown()
-    return {name: statistics.median(r) for name, r in rates.items()}
+    return {
+        name: (statistics.median(r), statistics.median(firsts[name])) for name, r in rates.items()
+    }
 
 
 def writer(folder: Path, work: Path, repeats: int) -> dict[str, float]:
@@ -253,10 +270,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cpus, python = os.cpu_count(), platform.python_version()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{n} JPEGs 320x240 -> 224, batch {BATCH}, {WORKERS} workers, {len(shards)} tar shards; "
         f"median of {args.repeats}; machine: {platform.machine()}, {cpus} CPUs, Python {python}, "
-        f"torch {torch.__version__}"
+        f"torch {torch.__version__}; load average {load}"
     )
     if fast:
         base, tar = fast["ImageFolderDataModule"], fast["StreamingDataModule, tar"]
@@ -268,11 +286,11 @@ def main() -> None:
             f"remote: {args.latency * 1000:.0f} ms per request, {args.bandwidth / 1e6:.0f} MB/s "
             "per connection (a fresh loader per epoch)"
         )
-        print(f"{'loader':<58}{'images/s':>10}{'vs local':>11}")
-        for name, rate in far.items():
+        print(f"{'loader':<58}{'images/s':>10}{'vs local':>11}{'first batch':>13}")
+        for name, (rate, first) in far.items():
             buffer = name.split("shuffle_buffer=")[1].split(",")[0]
-            local = far[f"local disk, shuffle_buffer={buffer}"]
-            print(f"{name:<58}{rate:>10,.0f}{rate / local:>10.2f}x")
+            local = far[f"local disk, shuffle_buffer={buffer}"][0]
+            print(f"{name:<58}{rate:>10,.0f}{rate / local:>10.2f}x{first:>12.2f}s")
     if write:
         copy = write["copy the files (shutil.copyfile)"]
         print(f"{'writer':<34}{'MB/s':>10}{'vs copy':>11}")

@@ -25,10 +25,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
-import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -36,7 +36,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamodules.core.checks import check_size
-from datamodules.remote.files import BUFFER, ResumableRemoteFile, is_remote
+from datamodules.remote.files import is_remote
+from datamodules.remote.pool import PREFETCH, READING, pool
+from datamodules.remote.ranges import download
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 
 __all__ = ["Prefetcher", "ShardCache", "parse_size"]
@@ -109,8 +111,19 @@ class ShardCache:
             if not self.keep:
                 _remove(path)
 
-    def ensure(self, url: str, version: str | None, size: int | None) -> str:
-        """Downloads ``url`` unless a valid copy is there; returns the copy's path."""
+    def ensure(
+        self,
+        url: str,
+        version: str | None,
+        size: int | None,
+        priority: tuple[int, int] = READING,
+        requested: threading.Event | None = None,
+        share: int | None = None,
+    ) -> str:
+        """Downloads ``url`` unless a valid copy is there; returns the copy's path.
+        ``priority``: its requests' in the process's pool (default: needed now);
+        ``requested``: set once they are all asked for; ``share``: the connections its parts
+        spread over (:func:`~datamodules.remote.ranges.download`)."""
         path = self.entry(url)
         if self._valid(path, version, size):
             return path
@@ -118,7 +131,7 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one download per machine
             if not self._valid(path, version, size):
-                self._download(url, path, version, size)
+                self._download(url, path, version, size, priority, requested, share)
                 self.downloads += 1
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -138,11 +151,19 @@ class ShardCache:
             return False
         return meta.get("version") == version and meta.get("size") == actual
 
-    def _download(self, url: str, path: str, version: str | None, size: int | None) -> None:
+    def _download(
+        self,
+        url: str,
+        path: str,
+        version: str | None,
+        size: int | None,
+        priority: tuple[int, int] = READING,
+        requested: threading.Event | None = None,
+        share: int | None = None,
+    ) -> None:
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            with ResumableRemoteFile(url, 0, self.options) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, BUFFER)
+            download(url, tmp, self.options, size, priority, requested, share)
             got = os.path.getsize(tmp)
             if size is not None and got != size:
                 raise RemoteError(url, None, f"downloaded {got} bytes, the index says {size}")
@@ -202,25 +223,65 @@ class Prefetcher:
 
     Args:
         cache: Where the copies go.
-        ahead: How many shards to fetch ahead of the one being read.
+        ahead: How many shards to fetch ahead of the one being read, at least (the caller
+            may schedule more).
     """
+
+    #: Downloads at once, at most (each waits on its range requests, which the process's
+    #: pool of connections bounds).
+    THREADS = 16
+    #: Seconds a first prefetch waits for the shard being read to ask for its parts: requests
+    #: under way are not preempted, and that shard is needed first.
+    GRACE = 0.5
 
     def __init__(self, cache: ShardCache, ahead: int) -> None:
         self.cache = cache
         self.ahead = ahead
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, Future] = {}
+        self._order = itertools.count()  # the shards' order: the next one's requests first
+        self._requested = threading.Event()  # the last scheduled shard's parts are asked for
+        self._requested.set()
 
-    def schedule(self, upcoming: Sequence[tuple[str, str | None, int | None]]) -> None:
-        """Starts fetching the first ``ahead`` of ``upcoming`` ``(url, version, size)``."""
+    def schedule(
+        self, upcoming: Sequence[tuple[str, str | None, int | None]], after_reading: bool = False
+    ) -> None:
+        """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order;
+        with ``after_reading``, once a shard being read has asked for its first parts (or
+        after :attr:`GRACE` seconds). Each counts among the files that share the process's
+        connections (:meth:`~datamodules.remote.pool.RequestPool.share`) until it is
+        fetched: a few shards at once are each asked for in fewer, larger parts."""
         if self.ahead <= 0:
             return
-        for url, version, size in upcoming[: self.ahead]:
-            if not is_remote(url) or url in self._futures:
-                continue
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="prefetch")
-            self._futures[url] = self._pool.submit(self.cache.ensure, url, version, size)
+        new = {url: (url, version, size) for url, version, size in upcoming
+               if is_remote(url) and url not in self._futures}  # fmt: skip
+        if not new:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="prefetch")
+        workers = pool(self.cache.options)
+        workers.add_file(len(new))  # all counted before the first starts
+        workers.asking_for(len(new))
+        for url, version, size in new.values():
+            order = next(self._order)
+            before, self._requested = self._requested, _Requested(workers)
+            self._futures[url] = self._pool.submit(
+                self._fetch, url, version, size, order, after_reading, before, self._requested
+            )
+
+    def _fetch(self, url, version, size, order, after, before, requested) -> str:  # noqa: ANN001
+        """Downloads one shard once the one before it has asked for its parts (requests
+        that have started are not preempted: the next shard's go first)."""
+        try:
+            workers = pool(self.cache.options)
+            if after:
+                workers.reading.wait(self.GRACE)
+            before.wait(self.GRACE)
+            share = workers.share()
+            return self.cache.ensure(url, version, size, (PREFETCH, order), requested, share)
+        finally:
+            pool(self.cache.options).add_file(-1)
+            requested.set()
 
     def wait(self, url: str) -> None:
         """Waits for ``url``'s fetch, if one runs (its errors surface when the shard is read)."""
@@ -228,6 +289,20 @@ class Prefetcher:
         if future is not None:
             with contextlib.suppress(Exception):
                 future.result()
+
+
+class _Requested(threading.Event):
+    """Set once a prefetched shard has asked for all its parts (or its fetch ended); the
+    process's pool then counts it as no longer asking (set from its fetch's thread only)."""
+
+    def __init__(self, workers: Any) -> None:
+        super().__init__()
+        self.workers = workers
+
+    def set(self) -> None:
+        if not self.is_set():
+            super().set()
+            self.workers.asking_for(-1)
 
 
 def _lock_file(path: str) -> int:

@@ -1,9 +1,9 @@
 """Opening shard files, local or remote (fsspec), for sequential or random access.
 
 * :func:`open_binary`: a buffered binary stream of a shard from a byte offset: a local file
-  seeks; an HTTP(S) URL from offset 0 is one streaming GET; otherwise a seek, or, when the
-  server ignores byte ranges (as Python's ``http.server`` does), the bytes before the offset
-  are read and dropped.
+  seeks; a remote one is read ahead over concurrent range requests
+  (:mod:`~datamodules.remote.ranges`), or, when the server ignores byte ranges (as Python's
+  ``http.server`` does), over one response with the bytes before the offset dropped.
 * :func:`open_seekable_remote`: a random-access remote file (Parquet footers), or a spooled
   local copy when the server cannot serve ranges.
 * :func:`decompress`: gzip and zstd streams over a raw one.
@@ -60,23 +60,29 @@ def remote_fs(url: str, options: RemoteOptions | None = None) -> tuple[Any, str]
     return fsspec.core.url_to_fs(url, **options.fs_options(protocol))
 
 
-def open_binary(path: str, offset: int = 0, options: RemoteOptions | None = None) -> IO[bytes]:
+def open_binary(
+    path: str, offset: int = 0, options: RemoteOptions | None = None, size: int | None = None
+) -> IO[bytes]:
     """Opens a shard for binary reading at ``offset``.
 
-    A local file seeks. A remote one is a :class:`ResumableRemoteFile`: one streaming request
-    from ``offset`` (a Range request; a server that ignores ranges has the bytes before it
-    skipped), retried and resumed where it stopped when the network fails.
+    A local file seeks. A remote one is a :class:`~datamodules.remote.ranges.ReadAhead`: its
+    bytes in order while the next parts download over concurrent range requests, each retried
+    and resumed where it stopped when the network fails; a server that ignores ranges is read
+    over one response, the bytes before ``offset`` skipped. ``size``: the file's, if known.
     """
     if not is_remote(path):
         f = open(local_path(path), "rb", buffering=BUFFER)  # noqa: SIM115
         if offset:
             f.seek(offset)
         return f
-    return io.BufferedReader(ResumableRemoteFile(path, offset, options), BUFFER)
+    from datamodules.remote.ranges import ReadAhead
+
+    return io.BufferedReader(ReadAhead(path, offset, options or default_options(), size), BUFFER)
 
 
 class ResumableRemoteFile(io.RawIOBase):
-    """A remote file read sequentially from an offset, resumed at the byte offset on failure.
+    """A remote file read sequentially from an offset, resumed at the byte offset on failure:
+    how :class:`~datamodules.remote.ranges.ReadAhead` reads from a server that ignores ranges.
 
     Each (re)open is one streaming request from the current position: HTTP(S) with a
     ``Range: bytes=N-`` header (a ``200`` answer to it, from a server that ignores ranges, has

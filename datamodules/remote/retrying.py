@@ -2,8 +2,8 @@
 
 fsspec's HTTP filesystem does not retry: one ``503`` or a connection cut in the middle of a
 body fails the read. Every remote call of the streaming package goes through
-:func:`call_with_retries` (or a :class:`~datamodules.remote.files.ResumableRemoteFile`,
-which resumes a body at the byte offset already read), so that:
+:func:`call_with_retries` (range requests, :mod:`~datamodules.remote.ranges`, resume a body at
+the byte offset already read), so that:
 
 * **transient** failures are retried up to ``retries`` times, with exponential backoff and
   jitter: HTTP 5xx and 429, connection resets and refusals, a body cut short, S3 throttling
@@ -162,6 +162,11 @@ class RemoteOptions:
             half of it), up to ``max_backoff``.
         max_backoff: The longest backoff in seconds.
         stats: Where retries are counted (a fresh :class:`RetryStats` by default).
+        part_size: Bytes per range request (None: a file spread over the connections, see
+            :func:`~datamodules.remote.ranges.part_size`).
+        connections: Range requests one process may have open at once (None: a share of
+            :data:`~datamodules.remote.ranges.NODE_CONNECTIONS`, see
+            :func:`~datamodules.remote.ranges.connections`).
     """
 
     storage_options: Mapping[str, Any] = field(default_factory=dict)
@@ -170,6 +175,8 @@ class RemoteOptions:
     backoff: float = 0.5
     max_backoff: float = 10.0
     stats: RetryStats = field(default_factory=RetryStats, compare=False)
+    part_size: int | None = None
+    connections: int | None = None
 
     def fs_options(self, protocol: str) -> dict[str, Any]:
         """The fsspec options for ``protocol``, with the timeout filled in."""

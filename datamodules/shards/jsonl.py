@@ -46,6 +46,7 @@ __all__ = [
     "jsonl_blocks",
     "numbered_jsonl",
     "parse_line",
+    "preload",
     "read_jsonl",
 ]
 
@@ -73,6 +74,12 @@ def _remember_schema(path: str, schema: Any) -> None:
     if len(_SCHEMAS) >= _SCHEMAS_KEPT:
         del _SCHEMAS[next(iter(_SCHEMAS))]
     _SCHEMAS[path] = schema
+
+
+def preload() -> None:
+    """Imports what :func:`parse_block` uses: pyarrow's JSON reader and compute functions."""
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.json  # noqa: F401
 
 
 def parse_line(raw: bytes) -> Any:

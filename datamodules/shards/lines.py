@@ -45,10 +45,11 @@ class ShardLines:
         offset: int = 0,
         line: int = 0,
         options: RemoteOptions | None = None,
+        size: int | None = None,
     ):
         self.path = path
         try:
-            self.raw = open_binary(path, offset, options)
+            self.raw = open_binary(path, offset, options, size)
             self.f = decompress(self.raw, compression)
         except Exception as err:
             raise ShardError(

@@ -119,7 +119,8 @@ def _lines_at(
         skip = start - slot * index.every
         if fmt in DELIMITERS:
             header = csv_header(path, compression, options, DELIMITERS[fmt])
-    return ShardLines(path, compression, offset, line, options), skip, header
+    size = getattr(index, "size", None)  # spares a remote read the wait for its first answer
+    return ShardLines(path, compression, offset, line, options, size), skip, header
 
 
 #: The formats whose records a stream can read as columns (:func:`read_blocks`).

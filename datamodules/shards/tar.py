@@ -165,9 +165,15 @@ def _size(path: str, compression: str | None) -> int | None:
     return None
 
 
-def _open(path: str, compression: str | None, offset: int, options: RemoteOptions | None):
+def _open(
+    path: str,
+    compression: str | None,
+    offset: int,
+    options: RemoteOptions | None,
+    size: int | None = None,
+):
     try:
-        raw = open_binary(path, offset, options)
+        raw = open_binary(path, offset, options, size)
         return raw, decompress(raw, compression)
     except Exception as err:
         raise ShardError(path, None, f"cannot open shard ({type(err).__name__}: {err})") from err
@@ -284,7 +290,7 @@ def read_tar(
         return (skip == 0 and wanted(ext)) or (bad is None and typed(ext))
 
     shard = index.path if index is not None else path  # a cached copy is named as its URL
-    raw, stream = _open(path, compression, offset, options)
+    raw, stream = _open(path, compression, offset, options, getattr(index, "size", None))
     # The index checked every header (and is keyed by the file's size and time or ETag).
     members = TarMembers(stream, offset, _size(path, compression), verify=index is None)
     left = None if stop is None else stop - start

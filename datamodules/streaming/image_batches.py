@@ -33,9 +33,10 @@ from collates.records import collate_records
 from datamodules.core.checks import is_int
 from datamodules.core.skipped import SkipChannel
 from datamodules.imaging.batches import ImageBatchWriter
-from datamodules.imaging.decoding import ImageDecodeError
+from datamodules.imaging.decoding import ImageDecodeError, preload
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
+from datamodules.streaming.engine.readers import head_start
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
 
@@ -48,10 +49,13 @@ class TaggedReader:
         self.reader = reader
 
     def plan(self, paths: Sequence[str]) -> None:
-        """Passes the shards to read next on to the wrapped reader (for its prefetch)."""
+        """Passes the shards to read next on to the wrapped reader (for its prefetch); a
+        worker whose first shard is remote imports the image decoders while it waits
+        (:func:`~datamodules.streaming.engine.readers.head_start`)."""
         plan = getattr(self.reader, "plan", None)
         if plan is not None:
             plan(paths)
+        head_start(paths, "images", preload)
 
     def __call__(self, path: str, start: int, stop: int) -> Iterator[Any]:
         for index, record in enumerate(self.reader(path, start, stop), start):

@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from collates.padding import PadCollate
-from datamodules.streaming.engine.columns import Block, RowStore
+from datamodules.streaming.engine.columns import Block, RowStore, preload
 from datamodules.streaming.engine.elastic import runs
 from datamodules.streaming.engine.gather import gather, gather_group
 from datamodules.streaming.engine.layout import order_pieces
@@ -32,6 +32,7 @@ from datamodules.streaming.engine.messages import (
     Views,
     flat_bytes,
 )
+from datamodules.streaming.engine.readers import head_start
 from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_runs
 
 __all__ = [
@@ -106,6 +107,11 @@ class ColumnarReading:
     collate: Any
     _send_messages: bool
     _yielded: int
+
+    def _preload(self, planned: list[str]) -> None:
+        """Imports the block decoders while a remote first shard's requests are answered
+        (:func:`~datamodules.streaming.engine.readers.head_start`)."""
+        head_start(planned, "columns", preload)
 
     def _read_blocks(
         self, order: list[tuple[int, int, int, int]], cum: list[int], u: int, v: int

@@ -14,12 +14,17 @@ continues the read where the previous one stopped instead of seeking again.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
+from torch.utils.data import get_worker_info
+
 from datamodules.remote.cache import Prefetcher, ShardCache
 from datamodules.remote.files import default_options, is_remote, local_path
+from datamodules.remote.pool import wait_requested
 from datamodules.remote.retrying import RemoteError, RemoteOptions
 from datamodules.remote.versions import (
     Expected,
@@ -33,9 +38,40 @@ from datamodules.shards.index import ShardIndex, trusted_index_file
 from datamodules.shards.records import read_blocks, read_records
 from datamodules.streaming.engine.continued import OpenReads
 
-__all__ = ["Reader", "ShardReader", "SliceReader"]
+__all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader", "head_start"]
 
 Reader = Callable[[str, int, int], Iterable[Any]]
+
+#: Bytes of upcoming remote shards a worker keeps downloading, beyond ``prefetch_shards``
+#: shards: small shards are fetched further ahead so that the worker's connections stay busy
+#: (a request's latency is paid per shard; see docs/benchmarks.md, "Remote streams").
+PREFETCH_BYTES = 32 << 20
+
+
+_HEAD_STARTS: set[str] = set()  # the work started in this worker
+
+
+def head_start(planned: Sequence[str], name: str, work: Callable[[], Any]) -> None:
+    """Runs ``work`` (a worker's one-time work, such as the imports its first batch needs)
+    in a thread, once per process, in a DataLoader worker whose first shard is remote: once
+    that shard has asked for its first parts and the shards fetched ahead for theirs (at most
+    0.5 s later; :func:`~datamodules.remote.pool.wait_requested`), so that it fills their
+    wait instead of following it (or slowing the requests down). A local shard has no wait
+    to fill, and the main process (which may fork workers meanwhile) never runs it. Errors
+    are dropped: the same work, done again where it is needed, reports them.
+    """
+    if name in _HEAD_STARTS or not planned or not is_remote(planned[0]):
+        return
+    if get_worker_info() is None:
+        return
+    _HEAD_STARTS.add(name)
+
+    def run() -> None:
+        wait_requested(0.5)
+        with contextlib.suppress(Exception):  # only a head start
+            work()
+
+    threading.Thread(target=run, name=f"head-start-{name}", daemon=True).start()
 
 
 class ShardReader:
@@ -51,7 +87,8 @@ class ShardReader:
         cache: Where remote shards are copied before they are read (None: read in place,
             unless ``prefetch_shards`` asks for copies in a private temporary folder).
         prefetch_shards: Remote shards to download ahead of the one being read, once the
-            stream has told the reader its plan (:meth:`plan`).
+            stream has told the reader its plan (:meth:`plan`); more of them while the next
+            ones add up to less than :data:`PREFETCH_BYTES` (sizes from the indexes).
         index_cache: The index cache the indexes came from (``index_cache=`` of the
             DataModule): a remote shard found changed has its trusted entry dropped there.
     """
@@ -127,18 +164,27 @@ class ShardReader:
         hide behind), so prefetching starts with the second.
         """
         self._plan = list(paths)
-        self._prefetch_after(-1 if self._keeps_copies() else 0)
+        if self._keeps_copies():
+            self._prefetch_after(-1)
+        else:  # after the first shard's first parts: requests under way are not preempted
+            self._prefetch_after(0, after_reading=bool(paths) and is_remote(paths[0]))
 
     def _keeps_copies(self) -> bool:
         return self.cache is not None and self.cache.keep
 
-    def _prefetch_after(self, position: int) -> None:
+    def _prefetch_after(self, position: int, after_reading: bool = False) -> None:
         if self.cache is None or self.prefetch_shards <= 0:
             return
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self.cache, self.prefetch_shards)
-        upcoming = self._plan[position + 1 : position + 1 + self.prefetch_shards]
-        self._prefetcher.schedule([self._identity(p) for p in upcoming])
+        upcoming, total = [], 0
+        for path in self._plan[position + 1 :]:
+            size = getattr(self.index_of(path), "size", None) or PREFETCH_BYTES
+            if len(upcoming) >= self.prefetch_shards and total + size > PREFETCH_BYTES:
+                break
+            upcoming.append(self._identity(path))
+            total += size
+        self._prefetcher.schedule(upcoming, after_reading)
 
     def _identity(self, path: str) -> tuple[str, str | None, int | None]:
         index = self.index_of(path)

@@ -282,14 +282,18 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
 
     def _plan_reads(
         self, order: list[tuple[int, int, int, int]], cum: list[int], positions: np.ndarray
-    ) -> None:
-        """Tells a reader that prefetches (``reader.plan``) which shards come next, in order."""
-        plan = getattr(self.reader, "plan", None)
-        if plan is None or not len(positions):
-            return
+    ) -> list[str]:
+        """Tells a reader that prefetches (``reader.plan``) which shards come next, in order;
+        returns them."""
+        if not len(positions):
+            return []
         pieces = np.searchsorted(np.asarray(cum[1:]), positions % cum[-1], side="right")
         shards = [order[int(k)][0] for k in pieces[np.r_[True, pieces[1:] != pieces[:-1]]]]
-        plan([self.paths[k] for k in dict.fromkeys(shards)])
+        planned = [self.paths[k] for k in dict.fromkeys(shards)]
+        plan = getattr(self.reader, "plan", None)
+        if plan is not None:
+            plan(planned)
+        return planned
 
     def _read_positions(self, order: list[int], cum: list[int], pos: np.ndarray) -> Iterator[Any]:
         """Records at the global positions ``pos`` (runs of them, read range by range)."""
@@ -349,7 +353,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             return
         order, cum = self._order(epoch)
         if seq is None:
-            self._plan_reads(order, cum, span.base + np.arange(span.n))
+            planned = self._plan_reads(order, cum, span.base + np.arange(span.n))
             self._expect_reads(order, cum, span.base, span.base + span.n)
 
             def read_from(i: int) -> Iterator[Any]:
@@ -362,13 +366,14 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
                 if wrap
                 else seq.take_range(span.base, span.base + span.n)
             )
-            self._plan_reads(order, cum, pos)
+            planned = self._plan_reads(order, cum, pos)
 
             def read_from(i: int) -> Iterator[Any]:
                 return self._read_positions(order, cum, pos[i:])
 
         rng = buffer_rng(self.seed, epoch, self.rank, worker, segment)
         if self.columnar:  # blocks of columns; the buffer shuffles the records' positions
+            self._preload(planned)
             if seq is None:
 
                 def read_blocks(i: int) -> Iterator[Any]:

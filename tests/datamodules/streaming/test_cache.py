@@ -164,6 +164,28 @@ def test_prefetch_reads_every_record_and_leaves_no_copy(server) -> None:
     assert gets(counts) - indexed == 3  # one download per shard
 
 
+@pytest.mark.parametrize(("budget", "ahead"), [(1 << 20, 2), (1, 1)])
+def test_small_shards_are_fetched_further_ahead(server, monkeypatch, budget, ahead) -> None:
+    """``prefetch_shards=1`` fetches one shard ahead, and more while the next shards add up
+    to less than PREFETCH_BYTES (the connections stay busy on small shards)."""
+    from datamodules.streaming.engine import readers
+
+    monkeypatch.setattr(readers, "PREFETCH_BYTES", budget)
+    base, counts, _ = server
+    options = RemoteOptions(backoff=0.01)
+    indexes = index_shards(urls(base), cache_dir=False, options=options)
+    reader = ShardReader({i.path: i for i in indexes}, options=options, prefetch_shards=1)
+    reader.plan(urls(base))  # s0 is streamed; s1 (and s2 under the budget) fetched ahead
+    deadline = time.monotonic() + 10
+    fetched = lambda: sum(counts["GET", f"/s{k}.jsonl"] == 2 for k in (1, 2))  # noqa: E731
+    while fetched() < ahead and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # nothing more comes
+    assert fetched() == ahead
+    ids = [r["id"] for url in urls(base) for r in reader(url, 0, N)]
+    assert ids == list(range(3 * N))
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(123, 123), ("50GB", 50 * 10**9), ("512 MiB", 512 * 2**20), ("1.5kb", 1500), (None, None)],
