@@ -25,6 +25,7 @@ __all__ = [
     "BUFFER",
     "RangeFile",
     "ResumableRemoteFile",
+    "check_response",
     "decompress",
     "default_options",
     "is_remote",
@@ -32,6 +33,7 @@ __all__ = [
     "open_binary",
     "open_seekable_remote",
     "remote_fs",
+    "skip_body",
 ]
 
 BUFFER = 1 << 20
@@ -80,6 +82,33 @@ def open_binary(
     return io.BufferedReader(ReadAhead(path, offset, options or default_options(), size), BUFFER)
 
 
+def check_response(url: str, stream: Any, total: int | None, found: Any) -> None:
+    """Checks that an opened response is of the version indexed
+    (:func:`~datamodules.remote.versions.check_remote`: its total size and the validators in
+    ``found``, headers or ``info()``); else closes ``stream`` and raises ShardChanged."""
+    try:
+        check_remote(url, total, found or {})
+    except BaseException:
+        with contextlib.suppress(Exception):
+            stream.close()
+        raise
+
+
+def skip_body(stream: Any, skip: int, chunk: int = BUFFER) -> None:
+    """Reads and drops the first ``skip`` bytes of a whole body (a server that ignored a
+    range request).
+
+    Raises:
+        CutShort: The body ended first.
+    """
+    offset = skip
+    while skip:
+        data = stream.read(min(skip, chunk))
+        if not data:
+            raise CutShort(f"ended {skip} bytes before offset {offset}")
+        skip -= len(data)
+
+
 class ResumableRemoteFile(io.RawIOBase):
     """A remote file read sequentially from an offset, resumed at the byte offset on failure:
     how :class:`~datamodules.remote.ranges.ReadAhead` reads from a server that ignores ranges.
@@ -122,24 +151,16 @@ class ResumableRemoteFile(io.RawIOBase):
             status = getattr(response, "status", 200)
             self._check(stream, response, status, length)
             if self.pos and status == 200:  # the server ignored the range: skip to pos
-                skip = self.pos
-                while skip:
-                    chunk = stream.read(min(skip, BUFFER))
-                    if not chunk:
-                        raise CutShort(f"ended {skip} bytes before offset {self.pos}")
-                    skip -= len(chunk)
+                skip_body(stream, self.pos)
                 self.end = length
             else:
                 self.end = None if length is None else self.pos + length
         else:
             stream = self.fs.open(self.fpath, "rb")
             size = getattr(stream, "size", None)
-            try:  # the version opened is the one indexed (s3fs: the details of its HEAD)
-                check_remote(self.url, size if isinstance(size, int) else None,
-                             getattr(stream, "details", None) or {})  # fmt: skip
-            except BaseException:
-                stream.close()
-                raise
+            # The version opened is the one indexed (s3fs: the details of its HEAD).
+            total = size if isinstance(size, int) else None
+            check_response(self.url, stream, total, getattr(stream, "details", None))
             stream.seek(self.pos)
             self.end = size if isinstance(size, int) else None
         self.stream = stream
@@ -154,12 +175,7 @@ class ResumableRemoteFile(io.RawIOBase):
             total = int(span.rsplit("/", 1)[1])
         elif status == 200 and length is not None and not headers.get("Content-Encoding"):
             total = length
-        try:
-            check_remote(self.url, total, headers)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                stream.close()
-            raise
+        check_response(self.url, stream, total, headers)
 
     def _reset(self) -> None:
         stream, self.stream = self.stream, None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from datamodules.remote.files import ResumableRemoteFile, remote_fs
+from datamodules.remote.files import ResumableRemoteFile, check_response, remote_fs, skip_body
 from datamodules.remote.pool import READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
 from datamodules.remote.versions import check_remote
@@ -174,9 +174,10 @@ class RemoteFile:
                     self.url, 206, f"a range from byte {pos} was answered with "
                     f"Content-Range {headers.get('Content-Range')!r}"
                 )  # fmt: skip
-            if match.group(3) != "*":
-                self.size = int(match.group(3))
-            self._check(stream, int(match.group(3)) if match.group(3) != "*" else None, headers)
+            total = None if match.group(3) == "*" else int(match.group(3))
+            if total is not None:
+                self.size = total
+            check_response(self.url, stream, total, headers)
             if self.ranges is None:
                 self.ranges = self.size is not None
                 if self.ranges:
@@ -185,7 +186,7 @@ class RemoteFile:
                 part.end = min(part.end, self.size)
         else:  # the whole body: the server ignores ranges
             whole = None if headers.get("Content-Encoding") else length
-            self._check(stream, whole, headers)
+            check_response(self.url, stream, whole, headers)
             if length is not None:
                 self.size = length
                 if part.end is not None:
@@ -197,27 +198,12 @@ class RemoteFile:
                 if part.first and part.whole:  # a download: this response to the end
                     part.end = None
             try:
-                skip = pos
-                while skip:
-                    data = stream.read(min(skip, _CHUNK))
-                    if not data:
-                        raise CutShort(f"ended {skip} bytes before offset {pos}")
-                    skip -= len(data)
+                skip_body(stream, pos, _CHUNK)
             except BaseException:
                 stream.close()
                 raise
         part.known.set()
         return stream
-
-    def _check(self, stream: Any, total: int | None, headers: Any) -> None:
-        """The response is of the version indexed (:mod:`~datamodules.remote.versions`):
-        its total size and validators; else the stream is closed and ShardChanged raised."""
-        try:
-            check_remote(self.url, total, headers)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                stream.close()
-            raise
 
 
 class _Part:
