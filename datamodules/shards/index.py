@@ -32,7 +32,7 @@ from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import OnError, ShardError, check_on_error
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import json_reason, parse_line
-from datamodules.shards.lines import BOM, ShardLines, is_blank
+from datamodules.shards.lines import BOM, ShardLines, is_blank, stop_at_damage
 from datamodules.shards.parquet import parquet_file
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.shards.tar import scan_tar
@@ -302,6 +302,9 @@ def _scan(
                 offsets.append(offset)
                 line_nos.append(line)
             count += 1
+    except ShardError as error:  # damaged past a line: under "skip" the records before stand
+        if not stop_at_damage(error, on_error, skips):
+            raise
     finally:
         lines.close()
     return ShardIndex(

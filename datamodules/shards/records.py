@@ -20,7 +20,7 @@ from datamodules.shards.delimited import DELIMITERS, csv_header, csv_rows
 from datamodules.shards.errors import OnError, RecordError, ShardError, check_on_error
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import json_reason, jsonl_blocks, read_jsonl
-from datamodules.shards.lines import ShardLines
+from datamodules.shards.lines import ShardLines, cannot_read_past, stop_at_damage
 from datamodules.shards.parquet import read_parquet, read_parquet_batches
 from datamodules.shards.tar import read_tar
 from datamodules.shards.txt import read_txt
@@ -91,6 +91,9 @@ def read_records(
         else:
             reader = read_jsonl if fmt == "jsonl" else read_txt
             yield from islice(reader(lines, on_error, counter, skip), n)
+    except ShardError as error:  # damage past a line: counted by the index, if there is one
+        if not stop_at_damage(error, on_error, counter if index is None else None):
+            raise
     finally:
         lines.close()
 
@@ -156,14 +159,17 @@ def read_blocks(
             yield batch, None
         return
     lines, skip, _ = _lines_at(path, fmt, compression, on_error, start, index, options)
-    line = lines.line
     try:
         n = None if stop is None else stop - start
         yield from jsonl_blocks(lines, on_error, counter, skip, n, json_reason)
+    except ShardError as error:
+        if not stop_at_damage(error, on_error, counter if index is None else None):
+            raise
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection
-        line = lines.line
-        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+        error = cannot_read_past(path, lines.line + 1, err)
+        if not stop_at_damage(error, on_error, counter if index is None else None):
+            raise error from err
     finally:
         lines.close()
