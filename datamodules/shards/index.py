@@ -1,14 +1,15 @@
 """Counting the records of shards and remembering where to seek, cached on disk.
 
 :func:`index_shard` / :func:`index_shards` count the records of a shard (Parquet from its
-footer, line formats by one pass over the lines, tar by one over the member headers) and
-note the byte offset of every ``every``-th record, so a reader can seek to record ``i``
-without reading the records before it. The result (:class:`ShardIndex`) is cached on disk,
-keyed by path, size and modification time (ETag or Last-Modified for URLs), so each shard is
-scanned once per machine; an in-process memo avoids even that file read. A remote shard's
-index is also remembered by its URL alone and trusted at setup without a request: its version
-is checked when a reader opens it (:mod:`datamodules.remote.versions`), and a changed shard
-has that entry dropped. :func:`remember` keeps an index another rank made.
+footer, Arrow IPC from its record batches' lengths, line formats by one pass over the lines,
+tar by one over the member headers) and note the byte offset of every ``every``-th record,
+so a reader can seek to record ``i`` without reading the records before it. The result
+(:class:`ShardIndex`) is cached on disk, keyed by path, size and modification time (ETag or
+Last-Modified for URLs), so each shard is scanned once per machine; an in-process memo avoids
+even that file read. A remote shard's index is also remembered by its URL alone and trusted at
+setup without a request: its version is checked when a reader opens it
+(:mod:`datamodules.remote.versions`), and a changed shard has that entry dropped.
+:func:`remember` keeps an index another rank made.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.remote.versions import expect
+from datamodules.shards.arrow import arrow_shape
 from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import OnError, ShardError, check_on_error
-from datamodules.shards.formats import detect_format
+from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.jsonl import json_reason, parse_line
 from datamodules.shards.lines import BOM, ShardLines, is_blank, stop_at_damage
 from datamodules.shards.parquet import parquet_file
@@ -96,7 +98,7 @@ def index_shard(
     """
     check_on_error(on_error)
     fmt, compression = detect_format(path, fmt)
-    mode = on_error if fmt != "parquet" else "raise"
+    mode = on_error if fmt not in TABLE_FORMATS else "raise"
     trusted = _trusted_file(path, fmt, compression, mode, cache_dir)
     if trusted is not None:  # a remote shard indexed before: no request (checked when opened)
         index = _load_file(trusted, path)
@@ -282,6 +284,9 @@ def _scan(
         with parquet_file(path, options) as pf:
             count = pf.metadata.num_rows
             names = tuple(pf.schema_arrow.names)
+        return ShardIndex(path, fmt, None, "raise", count, columns=names)
+    if fmt == "arrow":
+        count, names = arrow_shape(path, options)
         return ShardIndex(path, fmt, None, "raise", count, columns=names)
     if fmt == "tar":
         return scan_tar(path, compression, on_error, options)

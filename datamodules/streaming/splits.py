@@ -28,7 +28,7 @@ from datamodules.core.mixture import MixEntry, Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
-from datamodules.shards.formats import expand_files
+from datamodules.shards.formats import TABLE_FORMATS, expand_files
 from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.shards.shared_indexing import (
     gather,
@@ -232,12 +232,13 @@ class StreamSplits:
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
-        """Refuses ``columns=`` that a Parquet shard of the split lacks, naming its columns."""
+        """Refuses ``columns=`` that a Parquet or Arrow shard of the split lacks, naming its
+        columns."""
         wanted = getattr(self, "columns", None)
         if not wanted:
             return
         for shard in shards:
-            if shard.fmt != "parquet" or shard.error is not None or not shard.columns:
+            if shard.fmt not in TABLE_FORMATS or shard.error is not None or not shard.columns:
                 continue  # (an index another tool wrote does not list columns)
             missing = [c for c in wanted if c not in shard.columns]
             if missing:
