@@ -34,7 +34,7 @@ from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import OnError, ShardError, check_on_error
 from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.jsonl import json_reason, parse_line
-from datamodules.shards.lines import BOM, ShardLines, is_blank, stop_at_damage
+from datamodules.shards.lines import BOM, LOST, ShardLines, is_blank, stop_at_damage
 from datamodules.shards.parquet import parquet_file
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.shards.tar import scan_tar
@@ -50,9 +50,10 @@ __all__ = [
     "trusted_index_file",
 ]
 
-_INDEX_VERSION = 5  # 2: size and version of the file; 3: blank .txt lines are not records;
+_INDEX_VERSION = 6  # 2: size and version of the file; 3: blank .txt lines are not records;
 # 4: nor are CSV / TSV lines of only whitespace; 5: a tar without its end-of-archive blocks is
-# damaged, tar members decode as webdataset does
+# damaged, tar members decode as webdataset does; 6: the records of a compressed line shard
+# before its damage are counted, and where a damaged shard stops is kept (``damage``)
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -295,6 +296,7 @@ def _scan(
     offsets: list[int] = []
     line_nos: list[int] = []
     count = 0
+    damage = None
     lines = ShardLines(path, compression, options=options)
     try:
         if fmt in DELIMITERS:  # rows may span lines: parse
@@ -310,6 +312,7 @@ def _scan(
     except ShardError as error:  # damaged past a line: under "skip" the records before stand
         if not stop_at_damage(error, on_error, skips):
             raise
+        damage = f"{error}; {LOST}"
     finally:
         lines.close()
     return ShardIndex(
@@ -323,6 +326,7 @@ def _scan(
         lines=tuple(line_nos),
         skipped=skips.records,
         problems=tuple(skips),
+        damage=damage,
     )
 
 

@@ -219,9 +219,14 @@ class StreamSplits:
         self._check_columns(shards, name)
         total = sum(shards.counts)
         if not total:
+            why = _why_empty(shards)
             if split == "train":
-                raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
-            rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
+                raise ValueError(
+                    f"{name}={given!r}: the {len(shards)} shard(s) hold no records{why}."
+                )
+            rank_zero_warn(
+                f"{name}={given!r}: the shard(s) hold no records{why}: no {split} loader."
+            )
         self.shards[split] = shards
         if split in self.mixes:
             self._set_mixture(split)
@@ -350,3 +355,27 @@ class StreamSplits:
         if self.dataset_factory is not None:
             return True  # the factory says (None: no such split) when the loader is built
         return self.split_size(split) > 0
+
+
+def _why_empty(shards: ShardTable, shown: int = 3) -> str:
+    """Why shards that hold no records do, in words: each one damaged, unreadable or whose
+    every record is bad (the first ``shown``), with where it stops or its last bad record."""
+    parts = []
+    for k in shards.flagged[:shown]:
+        shard = shards[k]
+        if shard.error is not None:
+            parts.append(f"{shard.path} cannot be read ({shard.error})")
+        elif shard.damage is not None:
+            parts.append(
+                f"{shard.path} is damaged, and the record(s) before the damage were left out "
+                f"as bad (on_error='skip'): {shard.damage}"
+            )
+        elif shard.skipped:
+            last = ": ".join(shard.problems[-1]) if shard.problems else "not kept"
+            parts.append(
+                f"all {shard.skipped} record(s) of {shard.path} are bad (on_error='skip'); "
+                f"the last: {last}"
+            )
+    if len(shards.flagged) > shown:
+        parts.append(f"and {len(shards.flagged) - shown} more such shard(s) (see dm.skipped)")
+    return ": " + "; ".join(parts) if parts else ""

@@ -6,8 +6,10 @@ once); under ``"raise"`` the cut raises naming the shard and the line."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
+import tarfile
 import zlib
 from pathlib import Path
 
@@ -109,3 +111,41 @@ def test_a_cut_shard_read_whole_without_an_index_counts_the_cut(tmp_path: Path) 
     assert counter.records == 1 and counter[0][0] == f"{path}: line {stop}"
     with pytest.raises(ShardError, match=rf"line {stop}: cannot read shard past this line"):
         list(read_records(path))
+
+
+def write_tar(path: Path, records: int) -> bytes:
+    """A tar of ``records`` records (``kNN.json`` and ``kNN.txt``, each member one block of data
+    after its header: a record takes 2048 bytes); returns its bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(records):
+            for ext, data in (("json", json.dumps({"id": i}).encode()), ("txt", b"x" * 100)):
+                info = tarfile.TarInfo(f"k{i:02d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def test_a_shard_whose_records_all_fell_to_damage_is_named_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "cut.tar"
+    data = write_tar(path, 10)
+    path.write_bytes(data[: 2048 + 100])  # cut inside the second record's first header
+    dm = StreamingDataModule(str(path), on_error="skip", index_cache=False)
+    with pytest.warns(UserWarning, match="skipped"), pytest.raises(ValueError) as got:
+        dm.setup("fit")
+    message = str(got.value)
+    assert "hold no records" in message
+    assert f"{path} is damaged, and the record(s) before the damage were left out" in message
+    assert "damaged tar archive at byte 2048: the archive ends inside a header" in message
+
+
+def test_a_shard_whose_records_are_all_bad_says_the_last_reason(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": 1\n{oops\n')
+    dm = StreamingDataModule(str(path), on_error="skip", index_cache=False)
+    with pytest.warns(UserWarning, match="skipped"), pytest.raises(ValueError) as got:
+        dm.setup("fit")
+    message = str(got.value)
+    assert f"all 2 record(s) of {path} are bad (on_error='skip')" in message
+    assert f"the last: {path}: line 2: invalid JSON: Expecting property name" in message
