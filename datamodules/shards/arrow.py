@@ -69,11 +69,16 @@ class _Opened:
             ) from err
 
     def batches(self) -> Iterator[Any]:
-        if self.file is not None:
-            for k in range(self.file.num_record_batches):
-                yield self.file.get_batch(k)
-        else:
-            yield from self.stream
+        try:
+            if self.file is not None:
+                for k in range(self.file.num_record_batches):
+                    yield self.file.get_batch(k)
+            else:
+                yield from self.stream
+        except Exception as err:
+            raise ShardError(
+                self.path, None, f"cannot read Arrow record batches ({type(err).__name__}: {err})"
+            ) from err
 
     def close(self) -> None:
         source = getattr(self, "source", None)
@@ -101,10 +106,6 @@ def arrow_shape(path: str, options: RemoteOptions | None = None) -> tuple[int, t
     opened = _Opened(path, options)
     try:
         return sum(b.num_rows for b in opened.batches()), tuple(opened.schema.names)
-    except Exception as err:
-        raise ShardError(
-            path, None, f"cannot read Arrow record batches ({type(err).__name__}: {err})"
-        ) from err
     finally:
         opened.close()
 
@@ -143,12 +144,6 @@ def read_arrow_batches(
                 batch = batch.select(list(columns))
             for at in range(lo, hi, BATCH_ROWS):
                 yield batch.slice(at, min(BATCH_ROWS, hi - at))
-    except ShardError:
-        raise
-    except Exception as err:
-        raise ShardError(
-            path, None, f"cannot read Arrow record batches ({type(err).__name__}: {err})"
-        ) from err
     finally:
         opened.close()
 
