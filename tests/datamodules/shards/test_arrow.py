@@ -5,9 +5,12 @@ and TextDataModule with every record exactly once, and by the shard layer's read
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,3 +130,26 @@ def test_the_dataset_index_counts_arrow_shards(saved: Path, tmp_path: Path) -> N
     dm = StreamingDataModule(str(out), batch_size=500, shuffle=False, index_cache=False)
     ids = sorted(int(i) for batch in dm.train_dataloader() for i in batch["id"])
     assert ids == list(range(N))
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+def test_remote_arrow_shards_over_http(saved: Path) -> None:
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(QuietHandler, directory=str(saved))
+    )
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        urls = [f"{base}/{Path(f).name}" for f in data_files(saved)]
+        assert sum(index_shard(u, cache_dir=False).count for u in urls) == N
+        assert [r["id"] for r in read_records(urls[0], start=3, stop=6)] == [3, 4, 5]
+        dm = StreamingDataModule(urls, batch_size=500, num_workers=0, index_cache=False)
+        ids = sorted(int(i) for batch in dm.train_dataloader() for i in batch["id"])
+        assert ids == list(range(N))
+    finally:
+        server.shutdown()
+        server.server_close()
