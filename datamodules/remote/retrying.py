@@ -36,6 +36,7 @@ __all__ = [
     "RemoteError",
     "RemoteOptions",
     "RetryStats",
+    "S3_NOT_FOUND",
     "S3_TRANSIENT_CODES",
     "T",
     "call_with_retries",
@@ -59,6 +60,10 @@ S3_TRANSIENT_CODES = frozenset(
         "500",
     }
 )
+
+
+#: S3 error codes that mean "no such object" (final, as a 404 is).
+S3_NOT_FOUND = frozenset({"404", "NoSuchKey", "NoSuchBucket", "NotFound"})
 
 
 class RemoteError(OSError):
@@ -102,6 +107,8 @@ def describe(error: BaseException) -> tuple[bool, Any, str]:
         transient = status >= 500 or status in (408, 429)
         return transient, status, f"HTTP {status} {message}".strip()
     code = _s3_code(error)
+    if code in S3_NOT_FOUND:
+        return False, 404, "not found (404)"
     if code is not None:
         transient = code in S3_TRANSIENT_CODES
         return transient, code, f"S3 error {code}: {error}"

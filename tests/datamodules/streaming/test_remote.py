@@ -226,6 +226,11 @@ def test_network_failures_wrapped_by_fsspec_are_classified_by_their_cause() -> N
     forbidden = aiohttp.ClientResponseError(None, (), status=403, message="Forbidden")
     assert describe(wrapped(forbidden))[:2] == (False, 403)
 
+    class NoSuchKey(Exception):  # what s3fs wraps in its FileNotFoundError
+        response = {"Error": {"Code": "NoSuchKey"}}
+
+    assert describe(wrapped(NoSuchKey())) == (False, 404, "not found (404)")
+
 
 # ---------------------------------------------------------------------- a real S3 API
 def free_port() -> int:
