@@ -95,8 +95,8 @@ def read_records(
         else:
             reader = read_jsonl if fmt == "jsonl" else read_txt
             yield from islice(reader(lines, on_error, counter, skip), n)
-    except ShardError as error:  # damage past a line: counted by the index, if there is one
-        if not stop_at_damage(error, on_error, counter if index is None else None):
+    except ShardError as error:  # damage past a line (CSV: the other formats stop in the reader)
+        if not stop_at_damage(error, on_error, counter):
             raise
     finally:
         lines.close()
@@ -168,13 +168,13 @@ def read_blocks(
         n = None if stop is None else stop - start
         yield from jsonl_blocks(lines, on_error, counter, skip, n, json_reason)
     except ShardError as error:
-        if not stop_at_damage(error, on_error, counter if index is None else None):
+        if not stop_at_damage(error, on_error, counter):
             raise
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection
         error = cannot_read_past(path, lines.line + 1, err)
-        if not stop_at_damage(error, on_error, counter if index is None else None):
+        if not stop_at_damage(error, on_error, counter):
             raise error from err
     finally:
         lines.close()
