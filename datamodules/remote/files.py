@@ -6,7 +6,8 @@
   ``http.server`` does), over one response with the bytes before the offset dropped.
 * :func:`open_seekable_remote`: a random-access remote file (Parquet footers), or a spooled
   local copy when the server cannot serve ranges.
-* :func:`decompress`: gzip and zstd streams over a raw one.
+* :func:`decompress`: gzip and zstd streams over a raw one; a stream cut short raises
+  ``EOFError`` after the bytes before the cut (:class:`ZstdFrames` for zstd).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "BUFFER",
     "RangeFile",
     "ResumableRemoteFile",
+    "ZstdFrames",
     "check_response",
     "decompress",
     "default_options",
@@ -214,8 +216,46 @@ def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
         import zstandard
     except ImportError as err:
         raise ImportError("reading .zst shards needs `pip install zstandard`.") from err
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    return io.BufferedReader(reader, BUFFER)
+    return io.BufferedReader(ZstdFrames(raw, zstandard.ZstdDecompressor()), BUFFER)
+
+
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a zstd stream of one or more frames. A stream that ends
+    inside a frame raises ``EOFError`` once the bytes before the cut are read, as gzip does:
+    zstandard's ``stream_reader`` ends quietly there, which would lose the rest of a shard
+    without a word."""
+
+    def __init__(self, raw: IO[bytes], decompressor: Any) -> None:
+        self._raw, self._zstd = raw, decompressor
+        self._frame: Any = None  # the frame being decompressed
+        self._left = b""  # input after the end of the last frame
+        self._out = memoryview(b"")  # decompressed, not yet read
+
+    def readable(self) -> bool:
+        return True
+
+    def _more(self) -> bytes:
+        while True:
+            data, self._left = self._left or self._raw.read(1 << 16), b""
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("the zstd stream ends inside a frame (the file is cut)")
+                return b""
+            if self._frame is None:
+                self._frame = self._zstd.decompressobj()
+            out = self._frame.decompress(data)
+            if self._frame.eof:  # the next frame (or nothing) starts in what is left
+                self._left, self._frame = self._frame.unused_data, None
+            if out:
+                return out
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._out:
+            self._out = memoryview(self._more())
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
 
 
 def open_seekable_remote(path: str, options: RemoteOptions | None = None) -> IO[bytes]:

@@ -6,11 +6,14 @@ body fails the read. Every remote call of the streaming package goes through
 the byte offset already read), so that:
 
 * **transient** failures are retried up to ``retries`` times, with exponential backoff and
-  jitter: HTTP 5xx and 429, connection resets and refusals, a body cut short, S3 throttling
+  jitter: HTTP 5xx and 429, connection resets and refusals, a host name that does not resolve
+  (DNS), a body cut short, S3 throttling
   (``SlowDown``, ``Throttling``, ``RequestTimeout``, ``ServiceUnavailable``...), and a request
   that produces no byte within ``timeout`` seconds;
 * **permanent** failures fail at once, naming the URL and the status: 404 (not found), 403
-  and 401 (no access, bad credentials), any other 4xx.
+  and 401 (no access, bad credentials), any other 4xx. fsspec reports a failed HTTP ``info``
+  (HEAD, then GET) as ``FileNotFoundError`` whatever the cause: its cause decides, so that a
+  server that is down is retried and named (``connection refused``), not called a 404.
 
 :class:`RetryStats` counts the retries in shared memory, so that the counts of DataLoader
 worker processes reach :meth:`~datamodules.StreamingDataModule.summary`.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ __all__ = [
     "RemoteError",
     "RemoteOptions",
     "RetryStats",
+    "S3_NOT_FOUND",
     "S3_TRANSIENT_CODES",
     "T",
     "call_with_retries",
@@ -55,6 +60,10 @@ S3_TRANSIENT_CODES = frozenset(
         "500",
     }
 )
+
+
+#: S3 error codes that mean "no such object" (final, as a 404 is).
+S3_NOT_FOUND = frozenset({"404", "NoSuchKey", "NoSuchBucket", "NotFound"})
 
 
 class RemoteError(OSError):
@@ -84,7 +93,12 @@ def describe(error: BaseException) -> tuple[bool, Any, str]:
     name = type(error).__name__
     if isinstance(error, RemoteError):
         return error.transient, error.status, error.reason
-    if isinstance(error, FileNotFoundError):
+    cause = error.__cause__
+    if isinstance(error, FileNotFoundError) and isinstance(cause, Exception):
+        # fsspec's HTTP info() says FileNotFoundError for whatever made HEAD and GET fail: a
+        # refused connection or a timeout is told by its cause, not taken for a 404.
+        return describe(cause)
+    if isinstance(error, FileNotFoundError) or status == 404:
         return False, 404, "not found (404)"
     if isinstance(error, PermissionError):
         return False, 403, f"access denied (403): {error}"
@@ -93,6 +107,8 @@ def describe(error: BaseException) -> tuple[bool, Any, str]:
         transient = status >= 500 or status in (408, 429)
         return transient, status, f"HTTP {status} {message}".strip()
     code = _s3_code(error)
+    if code in S3_NOT_FOUND:
+        return False, 404, "not found (404)"
     if code is not None:
         transient = code in S3_TRANSIENT_CODES
         return transient, code, f"S3 error {code}: {error}"
@@ -100,6 +116,11 @@ def describe(error: BaseException) -> tuple[bool, Any, str]:
         return True, None, f"body cut short ({error})"
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
         return True, None, "no byte within the timeout"
+    os_error = getattr(error, "os_error", error)  # aiohttp's connector errors wrap the OSError
+    if isinstance(os_error, socket.gaierror):
+        return True, None, f"host name not resolved (DNS) ({name}: {error})"
+    if isinstance(os_error, ConnectionRefusedError):
+        return True, None, f"connection refused ({name}: {error})"
     if isinstance(error, (ConnectionError, EOFError)):
         return True, None, f"connection lost ({name}: {error})"
     module = type(error).__module__

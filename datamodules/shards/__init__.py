@@ -12,6 +12,7 @@ and no data kind, so ``python -m datamodules shards`` and ``index`` never import
   ``[start, stop)`` of any shard.
 * one module per format: :mod:`~datamodules.shards.jsonl`, :mod:`~datamodules.shards.delimited`
   (CSV / TSV), :mod:`~datamodules.shards.txt`, :mod:`~datamodules.shards.parquet`,
+  :mod:`~datamodules.shards.arrow` (Arrow IPC, Hugging Face ``save_to_disk`` folders),
   :mod:`~datamodules.shards.tar` (on :mod:`~datamodules.shards.tar_members`, the archive, and
   :mod:`~datamodules.shards.tar_fields`, what members decode to).
 * :mod:`~datamodules.shards.lines`: the byte lines of a (compressed, remote) shard.

@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from datamodules.remote.files import is_remote, local_path
-from datamodules.shards.formats import detect_format
+from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.shard_index import ShardIndex
 
 __all__ = [
@@ -353,7 +353,7 @@ class _IndexColumns:
                 listed_in=self.spec, counted_only=self.counted_only,
             )  # fmt: skip
         fmt, compression = detect_format(path, self.fmt or extra.get("format"))
-        compression = extra.get("compression", compression) if fmt != "parquet" else None
+        compression = extra.get("compression", compression) if fmt not in TABLE_FORMATS else None
         offsets = tuple(extra.get("offsets") or ())
         problems = tuple((f"{path}: {w}", why) for w, why in extra.get("problems") or ())
         columns = tuple(extra.get("columns") or ())

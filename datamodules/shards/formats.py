@@ -10,6 +10,9 @@ A *shard* is one file of records. Formats, by extension, for every reader of thi
   (:mod:`~datamodules.shards.delimited`).
 * ``.parquet`` / ``.pq``: one dict per row, read a row group at a time, never the whole file
   (:mod:`~datamodules.shards.parquet`).
+* ``.arrow``: Arrow IPC, the stream format (what Hugging Face ``save_to_disk`` writes) or the
+  file format; one dict per row (:mod:`~datamodules.shards.arrow`). A ``save_to_disk`` folder
+  stands for its data files, in the order of its ``state.json``.
 * ``.tar`` (``.tar.gz`` / ``.tgz`` / ``.tar.zst``, read from the beginning): WebDataset's
   records, members grouped by key (:mod:`~datamodules.shards.tar`).
 
@@ -26,20 +29,26 @@ from collections.abc import Iterable
 from datamodules.core.checks import check_choice
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.remote.retrying import RemoteOptions
+from datamodules.shards.arrow import saved_dataset_files
 
 __all__ = [
     "COMPRESSIONS",
     "EXTENSIONS",
     "FORMATS",
     "LINE_FORMATS",
+    "TABLE_FORMATS",
     "accepted_extensions",
     "detect_format",
     "expand_files",
+    "expand_saved",
 ]
 
-FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet", "tar")
+FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet", "arrow", "tar")
 #: The formats whose records are lines of text (read through :mod:`~datamodules.shards.lines`).
 LINE_FORMATS = ("jsonl", "txt", "csv", "tsv")
+#: The formats read as Arrow tables: counted from their metadata, never compressed outside,
+#: with no bad records to skip (so indexed the same under either ``on_error``).
+TABLE_FORMATS = ("parquet", "arrow")
 #: The one extension table: every reader of files (streams, text, the index) tells formats by it.
 EXTENSIONS = {
     ".jsonl": "jsonl",
@@ -49,9 +58,10 @@ EXTENSIONS = {
     ".tsv": "tsv",
     ".parquet": "parquet",
     ".pq": "parquet",
+    ".arrow": "arrow",
     ".tar": "tar",
 }
-#: Compression suffixes of the line formats and tar (Parquet compresses internally).
+#: Compression suffixes of the line formats and tar (Parquet and Arrow compress internally).
 COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 
@@ -82,8 +92,9 @@ def detect_format(path: str, fmt: str | None = None) -> tuple[str, str | None]:
             )
     else:
         check_choice(fmt, "fmt", FORMATS)
-    if fmt == "parquet" and compression is not None:
-        raise ValueError(f"shard {path!r}: Parquet compresses internally; drop the {compression}.")
+    if fmt in TABLE_FORMATS and compression is not None:
+        kind = "Parquet" if fmt == "parquet" else "Arrow"
+        raise ValueError(f"shard {path!r}: {kind} compresses internally; drop the {compression}.")
     return fmt, compression
 
 
@@ -92,8 +103,25 @@ def expand_files(
 ) -> list[str]:
     """Turns a shard specification into a list of shards (see
     :func:`datamodules.remote.listing.expand_files`); a directory gives its files with a
-    supported extension."""
-    return list_files(spec, options, known=_known)
+    supported extension, a ``save_to_disk`` folder its data files (:func:`expand_saved`)."""
+    given = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    return list_files(expand_saved(given), options, known=_known)
+
+
+def expand_saved(items: Iterable[str | os.PathLike]) -> list[str]:
+    """``items`` with every Hugging Face ``save_to_disk`` folder among them replaced by its
+    data files in order (:func:`~datamodules.shards.arrow.saved_dataset_files`); other items
+    unchanged.
+
+    Raises:
+        ValueError: A saved ``DatasetDict`` folder (name one split's folder), or a
+            ``state.json`` that does not name its data files.
+    """
+    out: list[str] = []
+    for item in items:
+        files = saved_dataset_files(os.fspath(item))
+        out.extend([os.fspath(item)] if files is None else files)
+    return out
 
 
 def _known(path: str) -> bool:

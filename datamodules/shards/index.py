@@ -1,14 +1,15 @@
 """Counting the records of shards and remembering where to seek, cached on disk.
 
 :func:`index_shard` / :func:`index_shards` count the records of a shard (Parquet from its
-footer, line formats by one pass over the lines, tar by one over the member headers) and
-note the byte offset of every ``every``-th record, so a reader can seek to record ``i``
-without reading the records before it. The result (:class:`ShardIndex`) is cached on disk,
-keyed by path, size and modification time (ETag or Last-Modified for URLs), so each shard is
-scanned once per machine; an in-process memo avoids even that file read. A remote shard's
-index is also remembered by its URL alone and trusted at setup without a request: its version
-is checked when a reader opens it (:mod:`datamodules.remote.versions`), and a changed shard
-has that entry dropped. :func:`remember` keeps an index another rank made.
+footer, Arrow IPC from its record batches' lengths, line formats by one pass over the lines,
+tar by one over the member headers) and note the byte offset of every ``every``-th record,
+so a reader can seek to record ``i`` without reading the records before it. The result
+(:class:`ShardIndex`) is cached on disk, keyed by path, size and modification time (ETag or
+Last-Modified for URLs), so each shard is scanned once per machine; an in-process memo avoids
+even that file read. A remote shard's index is also remembered by its URL alone and trusted at
+setup without a request: its version is checked when a reader opens it
+(:mod:`datamodules.remote.versions`), and a changed shard has that entry dropped.
+:func:`remember` keeps an index another rank made.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.remote.versions import expect
+from datamodules.shards.arrow import arrow_shape
 from datamodules.shards.delimited import DELIMITERS, csv_rows
 from datamodules.shards.errors import OnError, ShardError, check_on_error
-from datamodules.shards.formats import detect_format
+from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.jsonl import json_reason, parse_line
-from datamodules.shards.lines import BOM, ShardLines, is_blank
+from datamodules.shards.lines import BOM, LOST, ShardLines, is_blank, stop_at_damage
 from datamodules.shards.parquet import parquet_file
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.shards.tar import scan_tar
@@ -48,9 +50,10 @@ __all__ = [
     "trusted_index_file",
 ]
 
-_INDEX_VERSION = 5  # 2: size and version of the file; 3: blank .txt lines are not records;
+_INDEX_VERSION = 6  # 2: size and version of the file; 3: blank .txt lines are not records;
 # 4: nor are CSV / TSV lines of only whitespace; 5: a tar without its end-of-archive blocks is
-# damaged, tar members decode as webdataset does
+# damaged, tar members decode as webdataset does; 6: the records of a compressed line shard
+# before its damage are counted, and where a damaged shard stops is kept (``damage``)
 _EVERY = 1024  # a seek offset is kept for every 1024th record
 
 
@@ -96,7 +99,7 @@ def index_shard(
     """
     check_on_error(on_error)
     fmt, compression = detect_format(path, fmt)
-    mode = on_error if fmt != "parquet" else "raise"
+    mode = on_error if fmt not in TABLE_FORMATS else "raise"
     trusted = _trusted_file(path, fmt, compression, mode, cache_dir)
     if trusted is not None:  # a remote shard indexed before: no request (checked when opened)
         index = _load_file(trusted, path)
@@ -283,6 +286,9 @@ def _scan(
             count = pf.metadata.num_rows
             names = tuple(pf.schema_arrow.names)
         return ShardIndex(path, fmt, None, "raise", count, columns=names)
+    if fmt == "arrow":
+        count, names = arrow_shape(path, options)
+        return ShardIndex(path, fmt, None, "raise", count, columns=names)
     if fmt == "tar":
         return scan_tar(path, compression, on_error, options)
     skips = Skipped()
@@ -290,6 +296,7 @@ def _scan(
     offsets: list[int] = []
     line_nos: list[int] = []
     count = 0
+    damage = None
     lines = ShardLines(path, compression, options=options)
     try:
         if fmt in DELIMITERS:  # rows may span lines: parse
@@ -302,6 +309,10 @@ def _scan(
                 offsets.append(offset)
                 line_nos.append(line)
             count += 1
+    except ShardError as error:  # damaged past a line: under "skip" the records before stand
+        if not stop_at_damage(error, on_error, skips):
+            raise
+        damage = f"{error}; {LOST}"
     finally:
         lines.close()
     return ShardIndex(
@@ -315,6 +326,7 @@ def _scan(
         lines=tuple(line_nos),
         skipped=skips.records,
         problems=tuple(skips),
+        damage=damage,
     )
 
 

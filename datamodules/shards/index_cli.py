@@ -6,10 +6,10 @@ Usage::
     python -m datamodules index "data/train-{000000..000099}.tar" --output data/train.index.json
     python -m datamodules index "s3://bucket/c4/*.jsonl.zst" --output c4.index.json --workers 32
 
-``SHARDS`` are paths, URLs, globs, brace patterns or directories of tar, JSONL, CSV / TSV, txt
-or Parquet shards (compressed line formats too), local or remote (fsspec). Each shard is read
-once: its records counted by parsing them (so bad records are found and noted), its seek
-offsets kept. Local shards are indexed by ``--workers`` processes, remote ones by as many
+``SHARDS`` are paths, URLs, globs, brace patterns or directories of tar, JSONL, CSV / TSV, txt,
+Parquet or Arrow IPC shards (compressed line formats too), local or remote (fsspec). Each shard
+is read once: its records counted by parsing them (so bad records are found and noted), its
+seek offsets kept. Local shards are indexed by ``--workers`` processes, remote ones by as many
 threads, with a progress bar. Each finished shard is noted in ``FILE.index.json.part``, so a
 rerun after an interruption indexes only the shards not done yet (as does a rerun over an
 index already written: new shards are added).
@@ -35,8 +35,8 @@ __all__ = ["PROG", "index_main", "parse_args", "run"]
 
 PROG = "python -m datamodules index"
 DESCRIPTION = (
-    "index shards another tool wrote (tar, JSONL, CSV/TSV, txt, Parquet; local or remote) into "
-    "a dataset index (webdataset's wids format) that setup reads instead of the shards."
+    "index shards another tool wrote (tar, JSONL, CSV/TSV, txt, Parquet, Arrow; local or remote) "
+    "into a dataset index (webdataset's wids format) that setup reads instead of the shards."
 )
 
 
@@ -53,7 +53,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--name", default=None, help="the dataset's name (default: from OUTPUT)")
     parser.add_argument(
-        "--fmt", default=None, choices=("jsonl", "txt", "csv", "tsv", "parquet", "tar"),
+        "--fmt", default=None, choices=("jsonl", "txt", "csv", "tsv", "parquet", "arrow", "tar"),
         help="the format of every shard (default: from each extension)",
     )  # fmt: skip
     parser.add_argument(

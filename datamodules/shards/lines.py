@@ -7,11 +7,17 @@ The rules, for every line format (streams and text read the same files the same 
 * a blank line (empty or only whitespace) is not a record, and does not take a position;
 * a line is UTF-8; one that is not, or that does not parse, is a bad record: under
   ``on_error="raise"`` a :class:`~datamodules.shards.errors.RecordError` names the file and the
-  line, under ``"skip"`` it is left out and counted (:func:`bad_record`).
+  line, under ``"skip"`` it is left out and counted (:func:`bad_record`);
+* a shard whose compressed stream is cut or corrupt past some line (a download stopped, a
+  disk that filled) raises under ``"raise"``, naming the shard and that line; under
+  ``"skip"`` every record before the damage is read, and the damage is counted once, at the
+  line where the shard stops, saying that the rest of it is lost (:func:`stop_at_damage`).
 """
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +26,21 @@ from datamodules.remote.files import decompress, open_binary
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.errors import RecordError, ShardError
 
-__all__ = ["BOM", "ShardLines", "bad_record", "decoded_lines", "is_blank", "line_records"]
+__all__ = [
+    "BOM",
+    "LOST",
+    "ShardLines",
+    "bad_record",
+    "cannot_read_past",
+    "decoded_lines",
+    "is_blank",
+    "is_damaged",
+    "line_records",
+    "stop_at_damage",
+]
+
+#: What a line shard damaged past some line has lost (``on_error="skip"``).
+LOST = "the rest of the shard is lost"
 
 #: The UTF-8 byte-order mark, which may open a file and is never part of a record.
 BOM = b"\xef\xbb\xbf"
@@ -68,11 +88,7 @@ class ShardLines:
         except RecordError:
             raise
         except Exception as err:  # a corrupt or truncated stream, a dropped connection
-            raise ShardError(
-                self.path,
-                self.line + 1,
-                f"cannot read shard past this line ({type(err).__name__}: {err})",
-            ) from err
+            raise cannot_read_past(self.path, self.line + 1, err) from err
 
     def close(self) -> None:
         self.f.close()
@@ -136,4 +152,39 @@ def line_records(
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection
-        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+        error = cannot_read_past(path, line + 1, err)
+        if not stop_at_damage(error, on_error, counter):
+            raise error from err
+
+
+def cannot_read_past(path: str, line: int, err: BaseException) -> ShardError:
+    """The error of a line shard that cannot be read from ``line`` on (a corrupt or cut
+    stream, a dropped connection), caused by ``err``."""
+    reason = f"cannot read shard past this line ({type(err).__name__}: {err})"
+    error = ShardError(path, line, reason)
+    error.__cause__ = err
+    return error
+
+
+def is_damaged(error: BaseException) -> bool:
+    """Whether a line shard stopped being readable past its first line on damage to the file
+    itself (its compressed stream cut or corrupt), not on the way to it (a remote read that
+    gave up). A file unreadable from its first line is not what its name says: unreadable."""
+    cause = error.__cause__
+    if not isinstance(error, ShardError) or not isinstance(error.line, int) or error.line < 2:
+        return False
+    return isinstance(cause, (EOFError, zlib.error, gzip.BadGzipFile)) or (
+        type(cause).__name__ == "ZstdError"
+    )
+
+
+def stop_at_damage(error: ShardError, on_error: str, counter: Skipped | None) -> bool:
+    """A line shard damaged past some line (:func:`is_damaged`), under ``on_error="skip"``:
+    the records before the damage stand, and ``counter`` counts the damage once, at the line
+    where the shard stops, saying that the rest of it is lost (:data:`LOST`). Returns whether
+    the read may end there quietly; else the caller raises ``error``."""
+    if on_error != "skip" or not is_damaged(error):
+        return False
+    if counter is not None:
+        counter.record(error.shard, error.line, f"{error.reason}; {LOST}")
+    return True

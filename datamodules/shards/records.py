@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from datamodules.core.skipped import Skipped
 from datamodules.remote.retrying import RemoteOptions
+from datamodules.shards.arrow import read_arrow, read_arrow_batches
 from datamodules.shards.delimited import DELIMITERS, csv_header, csv_rows
 from datamodules.shards.errors import OnError, RecordError, ShardError, check_on_error
-from datamodules.shards.formats import detect_format
+from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.jsonl import json_reason, jsonl_blocks, read_jsonl
-from datamodules.shards.lines import ShardLines
+from datamodules.shards.lines import ShardLines, cannot_read_past, stop_at_damage
 from datamodules.shards.parquet import read_parquet, read_parquet_batches
 from datamodules.shards.tar import read_tar
 from datamodules.shards.txt import read_txt
@@ -59,11 +60,11 @@ def read_records(
         stop: One past the last record (None: to the end).
         index: The shard's index (same ``on_error``), for seeking.
         counter: Receives skipped records.
-        columns: Parquet only: the columns to read (None: all).
+        columns: Parquet and Arrow only: the columns to read (None: all).
         options: How remote shards are opened: storage options, retries, timeout.
 
     Yields:
-        dicts (JSON objects, CSV rows, Parquet rows, tar records), any JSON value, or
+        dicts (JSON objects, CSV rows, Parquet and Arrow rows, tar records), any JSON value, or
         strings (text).
 
     Raises:
@@ -79,6 +80,9 @@ def read_records(
     if fmt == "parquet":
         yield from read_parquet(path, start, stop, columns, options)
         return
+    if fmt == "arrow":
+        yield from read_arrow(path, start, stop, columns, options)
+        return
     if fmt == "tar":
         yield from read_tar(path, compression, on_error, start, stop, index, counter, options)
         return
@@ -91,6 +95,9 @@ def read_records(
         else:
             reader = read_jsonl if fmt == "jsonl" else read_txt
             yield from islice(reader(lines, on_error, counter, skip), n)
+    except ShardError as error:  # damage past a line (CSV: the other formats stop in the reader)
+        if not stop_at_damage(error, on_error, counter):
+            raise
     finally:
         lines.close()
 
@@ -124,7 +131,7 @@ def _lines_at(
 
 
 #: The formats whose records a stream can read as columns (:func:`read_blocks`).
-COLUMNAR = ("jsonl", "parquet")
+COLUMNAR = ("jsonl", "parquet", "arrow")
 
 
 def read_blocks(
@@ -138,7 +145,7 @@ def read_blocks(
     columns: Sequence[str] | None = None,
     options: RemoteOptions | None = None,
 ) -> Iterator[tuple[Any, list[Any] | None]]:
-    """The records ``[start, stop)`` of a Parquet or JSONL shard in blocks of consecutive
+    """The records ``[start, stop)`` of a Parquet, Arrow or JSONL shard in blocks of consecutive
     records: ``(arrow table, None)``, or ``(None, records)`` for a JSONL block that only reads
     exactly line by line (see :mod:`~datamodules.shards.jsonl`). The same records,
     positions and errors as :func:`read_records`.
@@ -151,19 +158,23 @@ def read_blocks(
         raise ValueError(f"read_blocks({path!r}): bad range start={start}, stop={stop}.")
     if stop == start:
         return
-    if fmt == "parquet":
-        for batch in read_parquet_batches(path, start, stop, columns, options):
+    if fmt in TABLE_FORMATS:
+        read = read_parquet_batches if fmt == "parquet" else read_arrow_batches
+        for batch in read(path, start, stop, columns, options):
             yield batch, None
         return
     lines, skip, _ = _lines_at(path, fmt, compression, on_error, start, index, options)
-    line = lines.line
     try:
         n = None if stop is None else stop - start
         yield from jsonl_blocks(lines, on_error, counter, skip, n, json_reason)
+    except ShardError as error:
+        if not stop_at_damage(error, on_error, counter):
+            raise
     except RecordError:
         raise
     except Exception as err:  # a corrupt or truncated stream, a dropped connection
-        line = lines.line
-        raise ShardError(path, line + 1, f"cannot read shard past this line ({err!r})") from err
+        error = cannot_read_past(path, lines.line + 1, err)
+        if not stop_at_damage(error, on_error, counter):
+            raise error from err
     finally:
         lines.close()

@@ -30,6 +30,9 @@ class ShardIndex:
         problems: The first of those, as ``(where, why)`` pairs (``where`` names the shard
             and the line).
         error: Why the shard could not be read (``on_error="skip"`` only; ``count`` is 0).
+        damage: Where and why the shard stops being readable (``on_error="skip"`` only: a
+            tar or compressed stream cut or corrupt part way), as ``"where: why"``; the
+            records before it are counted.
         size: The file's size in bytes, when known.
         version: What identifies this version of the file (its size, ETag, Last-Modified or
             modification time, as JSON): a local cache of the shard must match it.
@@ -53,6 +56,7 @@ class ShardIndex:
     skipped: int = 0
     problems: tuple[tuple[str, str], ...] = ()
     error: str | None = None
+    damage: str | None = None
     size: int | None = None
     version: str | None = None
     columns: tuple[str, ...] = ()

@@ -208,6 +208,7 @@ def scan_tar(
     offsets: list[int] = []
     bad: list[int] = []
     count = 0
+    damaged = None
     raw, stream = _open(path, compression, 0, options)
     members = TarMembers(stream, 0, _size(path, compression))
     try:
@@ -225,6 +226,7 @@ def scan_tar(
         except TarDamage as damage:
             if on_error == "raise":
                 raise _damage(path, damage) from damage
+            damaged = str(_damage(path, damage))
             if not damage.counted:  # else the record it cut was counted above
                 skips.record(path, f"byte {damage.offset}", _lost(damage))
         except OSError as err:  # a dropped connection, an unreadable file
@@ -243,6 +245,7 @@ def scan_tar(
         offsets=tuple(offsets),
         skipped=skips.records,
         problems=tuple(skips),
+        damage=damaged,
         bad_offsets=tuple(bad),
     )
 

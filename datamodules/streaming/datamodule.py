@@ -145,8 +145,9 @@ class StreamingDataModule(
             ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
             every record once, in ``setup``.
         fmt: Force the format of every shard (one of ``"jsonl"``, ``"txt"``, ``"csv"``,
-            ``"parquet"``, ``"tar"``) instead of reading it from the extension.
-        columns: Parquet only: the columns to read (None: all).
+            ``"tsv"``, ``"parquet"``, ``"arrow"``, ``"tar"``) instead of reading it from the
+            extension.
+        columns: Parquet and Arrow only: the columns to read (None: all).
         index_cache: Where shard indexes are cached: a directory, None for the default
             (``$DATAMODULES_CACHE`` or ``~/.cache/datamodules``), False for memory only.
         epoch_size: With weighted train Sources: records per epoch over all ranks (default:

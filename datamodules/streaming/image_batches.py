@@ -120,11 +120,13 @@ class ImageRecordCollate:
         writer = ImageBatchWriter(len(records), self.transform)
         labels: list[int] = []
         rest: list[dict[str, Any]] = []
+        reason = ""  # why the last bad record is bad
         for record in records:
             try:
                 image, own, label = self._decode(record)
             except _Bad as bad:
-                self._bad(record, str(bad))
+                reason = str(bad)
+                self._bad(record, reason)
                 continue
             writer.add(image, own)
             labels.append(label)
@@ -133,10 +135,10 @@ class ImageRecordCollate:
             self._last_good = record
         if not labels:
             if self._last_good is None:
-                shard, where = record_name(records[-1])
+                shard, where = record_name(records[-1])  # the last record, the last bad one
                 raise RecordError(
-                    shard, where, "every record of this batch is bad and no good one was read "
-                    "before it to fill the batch (on_error='skip')"
+                    shard, where, f"{reason}; every record of this batch is bad and no good one "
+                    "was read before it to fill the batch (on_error='skip')"
                 )  # fmt: skip
             image, own, label = self._decode(self._last_good)
             writer.add(image, own)

@@ -28,7 +28,7 @@ from datamodules.core.mixture import MixEntry, Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
-from datamodules.shards.formats import expand_files
+from datamodules.shards.formats import TABLE_FORMATS, expand_files
 from datamodules.shards.index import ShardIndex, index_shards
 from datamodules.shards.shared_indexing import (
     gather,
@@ -219,9 +219,14 @@ class StreamSplits:
         self._check_columns(shards, name)
         total = sum(shards.counts)
         if not total:
+            why = _why_empty(shards)
             if split == "train":
-                raise ValueError(f"{name}={given!r}: the {len(shards)} shard(s) hold no records.")
-            rank_zero_warn(f"{name}={given!r}: the shard(s) hold no records: no {split} loader.")
+                raise ValueError(
+                    f"{name}={given!r}: the {len(shards)} shard(s) hold no records{why}."
+                )
+            rank_zero_warn(
+                f"{name}={given!r}: the shard(s) hold no records{why}: no {split} loader."
+            )
         self.shards[split] = shards
         if split in self.mixes:
             self._set_mixture(split)
@@ -232,12 +237,13 @@ class StreamSplits:
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
-        """Refuses ``columns=`` that a Parquet shard of the split lacks, naming its columns."""
+        """Refuses ``columns=`` that a Parquet or Arrow shard of the split lacks, naming its
+        columns."""
         wanted = getattr(self, "columns", None)
         if not wanted:
             return
         for shard in shards:
-            if shard.fmt != "parquet" or shard.error is not None or not shard.columns:
+            if shard.fmt not in TABLE_FORMATS or shard.error is not None or not shard.columns:
                 continue  # (an index another tool wrote does not list columns)
             missing = [c for c in wanted if c not in shard.columns]
             if missing:
@@ -349,3 +355,27 @@ class StreamSplits:
         if self.dataset_factory is not None:
             return True  # the factory says (None: no such split) when the loader is built
         return self.split_size(split) > 0
+
+
+def _why_empty(shards: ShardTable, shown: int = 3) -> str:
+    """Why shards that hold no records do, in words: each one damaged, unreadable or whose
+    every record is bad (the first ``shown``), with where it stops or its last bad record."""
+    parts = []
+    for k in shards.flagged[:shown]:
+        shard = shards[k]
+        if shard.error is not None:
+            parts.append(f"{shard.path} cannot be read ({shard.error})")
+        elif shard.damage is not None:
+            parts.append(
+                f"{shard.path} is damaged, and the record(s) before the damage were left out "
+                f"as bad (on_error='skip'): {shard.damage}"
+            )
+        elif shard.skipped:
+            last = ": ".join(shard.problems[-1]) if shard.problems else "not kept"
+            parts.append(
+                f"all {shard.skipped} record(s) of {shard.path} are bad (on_error='skip'); "
+                f"the last: {last}"
+            )
+    if len(shards.flagged) > shown:
+        parts.append(f"and {len(shards.flagged) - shown} more such shard(s) (see dm.skipped)")
+    return ": " + "; ".join(parts) if parts else ""

@@ -146,7 +146,7 @@ class TextCorpus:
         ):
             raise ValueError(
                 "TextDataModule needs data: pass texts (TextDataModule(texts, labels)), "
-                "train_file= (.jsonl/.csv/.tsv/.txt/.parquet), token_files=, or override "
+                "train_file= (.jsonl/.csv/.tsv/.txt/.parquet/.arrow), token_files=, or override "
                 "load_texts()."
             )
 

@@ -101,7 +101,8 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
         labels: One int or string label per text, or None.
         train_file: A path or URL, a glob, a directory, or a list of them, instead of
             ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
-            optionally ``.gz`` / ``.zst``) and ``.parquet`` / ``.pq``, read through the shard
+            optionally ``.gz`` / ``.zst``), ``.parquet`` / ``.pq`` and ``.arrow`` (a Hugging Face
+            ``save_to_disk`` folder stands for its data files), read through the shard
             layer (see :mod:`datamodules.text.inputs`); or a blend, a list of
             :class:`~datamodules.Source` (:mod:`datamodules.text.blends`).
         val_file: File(s) for validation, replacing the random ``val_split``.

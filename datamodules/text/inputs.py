@@ -3,12 +3,13 @@
 Text reads every file through the shard layer (:mod:`datamodules.shards`), as streams do: the
 formats, their extensions and compressions are the one table of
 :mod:`datamodules.shards.formats`, less tar (:data:`TEXT_FORMATS`: JSONL, txt, CSV / TSV,
-Parquet); blank lines, byte-order marks and bad records follow the one rule of
-:mod:`datamodules.shards.lines`; files may be local or remote (:mod:`datamodules.remote`: its
-storage options, retries, and errors that name the URL and the status). What is text's own:
+Parquet, Arrow IPC; a Hugging Face ``save_to_disk`` folder stands for its data files); blank
+lines, byte-order marks and bad records follow the one rule of :mod:`datamodules.shards.lines`;
+files may be local or remote (:mod:`datamodules.remote`: its storage options, retries, and
+errors that name the URL and the status). What is text's own:
 
 * the text of a record: the ``text_key`` key (JSONL, which must hold objects) or column (CSV /
-  TSV, Parquet), or the whole line (``.txt``); it must be a string.
+  TSV, Parquet, Arrow), or the whole line (``.txt``); it must be a string.
 * the label: ``label_key=None`` (TextDataModule's default) reads the ``"label"`` key or
   column when the records have one and leaves the texts unlabelled otherwise; a ``label_key``
   given explicitly must be in every record (a typo raises at once, naming the file, the line
@@ -16,7 +17,7 @@ storage options, retries, and errors that name the URL and the status). What is 
   file whose every label is an integer (``"3"``, ``"-1"``) gives int labels, otherwise
   strings (:func:`table_labels`).
 * errors in text's words, naming the file and the line (``file, line N: ...``) or the
-  Parquet row (``file, row N: ...``).
+  Parquet or Arrow row (``file, row N: ...``).
 
 :func:`read_documents` yields a file's documents as :class:`Chunk`\\ s of at most a few
 thousand texts, so that no reader ever holds a whole corpus.
@@ -33,10 +34,11 @@ from typing import Any
 from datamodules.remote.files import is_remote, local_path
 from datamodules.remote.listing import expand_files, has_magic
 from datamodules.remote.retrying import RemoteError, RemoteOptions
+from datamodules.shards.arrow import arrow_columns, read_arrow_batches
 from datamodules.shards.dataset_index import is_index_spec
 from datamodules.shards.delimited import DELIMITERS, csv_rows, header_row
 from datamodules.shards.errors import RecordError
-from datamodules.shards.formats import accepted_extensions, detect_format
+from datamodules.shards.formats import accepted_extensions, detect_format, expand_saved
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
 from datamodules.shards.parquet import parquet_batches, parquet_file
@@ -63,7 +65,7 @@ __all__ = [
 SPLIT_FILES = {"train": "train_file", "val": "val_file", "test": "test_file"}
 
 #: The formats of :mod:`datamodules.shards.formats` that text reads (all but tar).
-TEXT_FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet")
+TEXT_FORMATS = ("jsonl", "txt", "csv", "tsv", "parquet", "arrow")
 #: Texts per chunk, and characters per chunk (whichever comes first).
 CHUNK_TEXTS = 4096
 CHUNK_CHARS = 8 << 20
@@ -130,6 +132,10 @@ def find_files(items: list[str], name: str, options: RemoteOptions) -> list[str]
     """
     items = expand_indexes(items, options)  # a dataset index (*.json): the files it lists
     try:
+        items = expand_saved(items)  # a save_to_disk folder: its data files
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    try:
         files = expand_files(
             items, options, known=lambda p: file_format(p) is not None, what="file"
         )
@@ -151,7 +157,7 @@ class Chunk:
         texts: The texts.
         labels: One label per text (None where a record has none), or None for a format
             without labels.
-        lines: Per text, its line (line formats) or row (Parquet) in the file, from 1.
+        lines: Per text, its line (line formats) or row (Parquet, Arrow) in the file, from 1.
     """
 
     texts: list[str]
@@ -185,12 +191,20 @@ def read_documents(
     if fmt == "txt" and required:
         raise ValueError(
             f"{path}: a .txt file holds no labels, but label_key={label_key!r} was given: "
-            "use .jsonl / .csv / .tsv / .parquet files for labelled texts, or leave label_key "
-            "unset."
+            "use .jsonl / .csv / .tsv / .parquet / .arrow files for labelled texts, or leave "
+            "label_key unset."
         )
     try:
         if fmt == "parquet":
-            yield from _parquet(path, text_key, label_key, required, options)
+            with parquet_file(path, options) as pf:
+                batches = lambda columns: parquet_batches(pf, path, columns=columns)  # noqa: E731
+                yield from _columns(path, pf.schema_arrow.names, batches, text_key, label_key,
+                                    required)  # fmt: skip
+            return
+        if fmt == "arrow":
+            batches = lambda columns: read_arrow_batches(path, columns=columns, options=options)  # noqa: E731
+            names = arrow_columns(path, options)
+            yield from _columns(path, names, batches, text_key, label_key, required)
             return
         lines = ShardLines(path, compression, options=options)
         try:
@@ -307,29 +321,33 @@ def arrow_chunk(table: Any, text_key: str, label_key: str | None, row: int, name
     return Chunk(texts, labels, list(range(row + 1, row + 1 + len(texts))))
 
 
-def _parquet(
-    path: str, text_key: str, label_key: str, required: bool, options: RemoteOptions
+def _columns(
+    path: str,
+    names: list[str],
+    batches: Any,
+    text_key: str,
+    label_key: str,
+    required: bool,
 ) -> Iterator[Chunk]:
-    with parquet_file(path, options) as pf:
-        names = pf.schema_arrow.names
-        if text_key not in names:
-            raise ValueError(
-                f"{path}: no column {text_key!r} (columns: {names}); set text_key to the column "
-                "that holds the text."
-            )
-        if required and label_key not in names:
-            raise ValueError(
-                f"{path}: no column {label_key!r} (columns: {names}); set label_key to the "
-                "column that holds the label (or leave it unset for texts without labels)."
-            )
-        labels = label_key if label_key in names and label_key != text_key else None
-        columns = [text_key] if labels is None else [text_key, labels]
-        row = 0
-        for batch in parquet_batches(pf, path, columns=columns):
-            for start in range(0, batch.num_rows, CHUNK_TEXTS):
-                chunk = arrow_chunk(batch.slice(start, CHUNK_TEXTS), text_key, labels, row, path)
-                row += len(chunk.texts)
-                yield chunk
+    """The documents of a Parquet or Arrow file of columns ``names``; ``batches(columns)``
+    yields its record batches."""
+    if text_key not in names:
+        raise ValueError(
+            f"{path}: no column {text_key!r} (columns: {names}); set text_key to the column "
+            "that holds the text."
+        )
+    if required and label_key not in names:
+        raise ValueError(
+            f"{path}: no column {label_key!r} (columns: {names}); set label_key to the "
+            "column that holds the label (or leave it unset for texts without labels)."
+        )
+    labels = label_key if label_key in names and label_key != text_key else None
+    row = 0
+    for batch in batches([text_key] if labels is None else [text_key, labels]):
+        for start in range(0, batch.num_rows, CHUNK_TEXTS):
+            chunk = arrow_chunk(batch.slice(start, CHUNK_TEXTS), text_key, labels, row, path)
+            row += len(chunk.texts)
+            yield chunk
 
 
 #: The shard layer's reasons for a bad record, in the words text's errors have always used.

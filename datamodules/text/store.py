@@ -239,9 +239,10 @@ class StoredDocuments:
         return int(self.meta["max_id"])
 
     def where(self, index: int) -> str:
-        """Names a document: ``"file, line N"`` (``row N`` for Parquet and Datasets)."""
+        """Names a document: ``"file, line N"`` (``row N`` for Parquet, Arrow and Datasets)."""
         name = self.names[int(self._files[index])]
-        unit = "row" if name.lower().endswith(".parquet") or name.startswith("<") else "line"
+        tables = (".parquet", ".arrow")
+        unit = "row" if name.lower().endswith(tables) or name.startswith("<") else "line"
         return f"{name}, {unit} {int(self._lines[index])}"
 
     def __getitem__(self, index: int) -> dict[str, Any]:

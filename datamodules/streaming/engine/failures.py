@@ -22,6 +22,7 @@ from typing import Any
 
 from datamodules.core.skipped import Skipped
 from datamodules.shards.delimited import csv_header, csv_rows
+from datamodules.shards.formats import TABLE_FORMATS
 from datamodules.shards.index import scan_lines
 from datamodules.shards.lines import ShardLines
 from datamodules.shards.shard_index import ShardIndex
@@ -83,10 +84,10 @@ def first_failing(collate: Callable[[list[Any]], Any], samples: Sequence[Any]) -
 
 def record_place(index: ShardIndex | None, position: int, options: Any = None) -> str:
     """``"line 12"`` (JSONL, text, CSV: found by scanning the shard), ``"row 12"`` (Parquet,
-    0-based as pyarrow counts), else ``"record 12"`` (the position in the shard, 0-based)."""
-    if index is None or index.fmt not in ("jsonl", "txt", "csv", "parquet"):
+    Arrow: 0-based as pyarrow counts), else ``"record 12"`` (the position in the shard, from 0)."""
+    if index is None or index.fmt not in ("jsonl", "txt", "csv", "parquet", "arrow"):
         return f"record {position}"
-    if index.fmt == "parquet":
+    if index.fmt in TABLE_FORMATS:
         return f"row {position}"
     k = position // index.every if index.every and index.offsets else 0
     offset, line = (index.offsets[k], index.lines[k] - 1) if k else (0, 0)

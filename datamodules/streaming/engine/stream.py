@@ -59,6 +59,7 @@ from datamodules.core.elastic import Segment
 from datamodules.core.loaders import passthrough
 from datamodules.core.mixture import Mixture
 from datamodules.shards.errors import RecordError
+from datamodules.shards.formats import TABLE_FORMATS
 from datamodules.shards.index import ShardIndex
 from datamodules.streaming.engine.columnar import ColumnarReading
 from datamodules.streaming.engine.elastic import buffer_rng, runs
@@ -153,7 +154,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
         indexes = {}
         for shard in shards:
             if isinstance(shard, ShardIndex):
-                if shard.fmt != "parquet" and shard.on_error != on_error:
+                if shard.fmt not in TABLE_FORMATS and shard.on_error != on_error:
                     raise ValueError(
                         f"shard {shard.path!r} was indexed with on_error={shard.on_error!r} but "
                         f"the stream reads with on_error={on_error!r}; index it again."

@@ -207,7 +207,10 @@ def test_unreadable_shard(tmp_path):
     corrupt.write_bytes(gzip.compress(data.encode())[:-200])  # truncated
     with pytest.raises(ShardError, match="corrupt.jsonl.gz: line"):
         index_shard(str(corrupt), cache_dir=False)
-    assert index_shard(str(corrupt), on_error="skip", cache_dir=False).error is not None
+    cut = index_shard(str(corrupt), on_error="skip", cache_dir=False)  # the lines before stand
+    assert cut.error is None and 0 < cut.count < 5000 and cut.skipped == 1
+    assert cut.problems[0][0] == f"{corrupt}: line {cut.count + 1}"
+    assert cut.problems[0][1].endswith("the rest of the shard is lost")
     notparquet = tmp_path / "x.parquet"
     notparquet.write_text("not parquet")
     with pytest.raises(ShardError, match="x.parquet: cannot open Parquet shard"):

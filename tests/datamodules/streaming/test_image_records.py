@@ -415,3 +415,20 @@ def test_auto_workers_count_remote_image_records_as_decode_work(
     assert "I/O" not in there.reasons["num_workers"]
     records = StreamingDataModule(urls, index_cache=False)  # the same shards as plain records
     assert "I/O-bound" in records.loader_settings("train").reasons["num_workers"]
+
+
+def test_a_wrong_image_key_under_skip_says_the_last_records_reason(tmp_path: Path) -> None:
+    paths = write_id_shards(tmp_path, [6])
+    raised = {}
+    for on_error in ("raise", "skip"):
+        dm = StreamingDataModule(
+            paths, image_key="jpg", image_size=8, batch_size=4, num_workers=0,
+            on_error=on_error, index_cache=False,
+        )  # fmt: skip
+        with pytest.raises(RecordError) as info:
+            next(iter(dm.train_dataloader()))
+        raised[on_error] = str(info.value)
+    reason = "has no image field 'jpg' (image_key); its fields: ['cls', 'png']"
+    assert reason in raised["raise"]  # as "raise" says it, so does "skip":
+    assert re.fullmatch(rf".*part0-000000\.tar: key 'r\d+': {re.escape(reason)}; every record "
+                        r"of this batch is bad .*\(on_error='skip'\)", raised["skip"])  # fmt: skip

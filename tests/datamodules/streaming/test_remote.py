@@ -182,6 +182,56 @@ def test_failures_are_classified() -> None:
     assert str(error) == "http://h/x: not found (404)"
 
 
+def test_a_server_that_is_down_is_retried_and_named_not_a_404() -> None:
+    url = f"http://127.0.0.1:{free_port()}/shard.jsonl"  # nothing listens there
+    options = fast_options(retries=3)
+    with pytest.raises(ShardError, match=r"connection refused.*gave up after 3 retries") as got:
+        index_shard(url, cache_dir=False, options=options)
+    assert "404" not in str(got.value) and "not found" not in str(got.value)
+    assert options.stats.retries == 3 and options.stats.failures == 1
+
+
+def test_a_server_that_never_answers_is_a_timeout_retried() -> None:
+    with socket.socket() as sock:  # accepts connections (the backlog) but never answers
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/shard.jsonl"
+        options = fast_options(retries=1, timeout=0.2)
+        with pytest.raises(ShardError, match=r"no byte within the timeout.*after 1 retries"):
+            index_shard(url, cache_dir=False, options=options)
+    assert options.stats.retries == 1 and options.stats.failures == 1
+
+
+def test_network_failures_wrapped_by_fsspec_are_classified_by_their_cause() -> None:
+    import aiohttp
+
+    # fsspec's HTTP info() raises FileNotFoundError from whatever made HEAD and GET fail.
+    def wrapped(cause: BaseException) -> FileNotFoundError:
+        try:
+            raise FileNotFoundError("http://h/x") from cause
+        except FileNotFoundError as error:
+            return error
+
+    key = aiohttp.client_reqrep.ConnectionKey("h", 80, False, True, None, None, None)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "Connect failed"))
+    dns = aiohttp.ClientConnectorDNSError(key, socket.gaierror(-2, "Name or service not known"))
+    assert describe(wrapped(refused))[:2] == (True, None)
+    assert describe(wrapped(refused))[2].startswith("connection refused")
+    assert describe(wrapped(dns))[:2] == (True, None)
+    assert describe(wrapped(dns))[2].startswith("host name not resolved (DNS)")
+    assert describe(wrapped(aiohttp.ServerTimeoutError("t")))[:2] == (True, None)
+    not_found = aiohttp.ClientResponseError(None, (), status=404, message="Not Found")
+    assert describe(wrapped(not_found)) == (False, 404, "not found (404)")
+    assert describe(not_found) == (False, 404, "not found (404)")
+    forbidden = aiohttp.ClientResponseError(None, (), status=403, message="Forbidden")
+    assert describe(wrapped(forbidden))[:2] == (False, 403)
+
+    class NoSuchKey(Exception):  # what s3fs wraps in its FileNotFoundError
+        response = {"Error": {"Code": "NoSuchKey"}}
+
+    assert describe(wrapped(NoSuchKey())) == (False, 404, "not found (404)")
+
+
 # ---------------------------------------------------------------------- a real S3 API
 def free_port() -> int:
     with socket.socket() as sock:
@@ -250,6 +300,17 @@ def test_the_datamodule_retries_a_503_and_names_a_404(flaky, monkeypatch) -> Non
     missing = StreamingDataModule(f"{base}/nope.jsonl", index_cache=False)
     with pytest.raises(ShardError, match=r"http://127\.0\.0\.1:\d+/nope\.jsonl.*404"):
         missing.setup("fit")
+
+
+def test_the_datamodule_retries_a_server_that_is_down_and_names_it() -> None:
+    from datamodules import StreamingDataModule
+
+    url = f"http://127.0.0.1:{free_port()}/shard.jsonl"  # nothing listens there
+    dm = StreamingDataModule(url, retries=1, index_cache=False)
+    with pytest.raises(ShardError, match=r"connection refused.*gave up after 1 retries") as got:
+        dm.setup("fit")
+    assert "404" not in str(got.value)
+    assert dm.remote.stats.retries == 1
 
 
 def test_the_datamodule_reads_s3_with_storage_options(s3) -> None:

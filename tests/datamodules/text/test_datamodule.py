@@ -366,7 +366,7 @@ class TestBadInput:
                 ValueError,
                 r"train_file='s\.tar' is not accepted: use "
                 r"a file ending in \.jsonl, \.ndjson, \.txt, \.csv, \.tsv \(each optionally \+ "
-                r"\.gz or \.zst\), or \.parquet, \.pq\.$",
+                r"\.gz or \.zst\), or \.parquet, \.pq, \.arrow\.$",
             ),  # fmt: skip
             ((["a"],), {"tokenizer": "bpe"}, ValueError, "tokenizer='bpe'"),
             ((["a"],), {"tokenizer": 3}, TypeError, "tokenizer=3"),
