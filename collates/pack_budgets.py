@@ -259,8 +259,8 @@ def budget_plan(
     Example:
         >>> plan = budget_plan([5, 3, 4, 2], [2, 0, 1, 1], seq_length=8, batch_size=1,
         ...                    max_images=3)
-        >>> [plan.rows.doc[a:b].tolist() for a, b in zip(plan.rows.row_ptr, plan.rows.row_ptr[1:])]
-        [[0, 1], [2, 3]]
+        >>> plan.rows.doc.tolist(), plan.rows.row_ptr.tolist(), plan.row_images.tolist()
+        ([0, 1, 2, 3], [0, 2, 4], [2, 2])
 
     Args:
         tokens: Tokens per record (>= 1), image tokens included, in order.
