@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from collates._checks import int_mistake
+from collates._checks import check_int
 
 __all__ = ["ExpandedImages", "add_image_placeholder", "expand_image_placeholders"]
 
@@ -40,13 +40,6 @@ class ExpandedImages(NamedTuple):
     input_ids: np.ndarray
     trained: np.ndarray
     image_starts: np.ndarray
-
-
-def _check_id(name: str, value: Any, minimum: int, allow_none: bool = False) -> None:
-    mistake = int_mistake(value, minimum, allow_none=allow_none)
-    if mistake is not None:
-        accepted = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise mistake(f"{name} must be {accepted}, got {value!r}.")
 
 
 def expand_image_placeholders(
@@ -82,10 +75,10 @@ def expand_image_placeholders(
         ValueError: If an id or count is out of range, the lengths differ, or the placeholders
             are not ``num_images`` (the message names both counts).
     """
-    _check_id("placeholder_id", placeholder_id, 0)
-    _check_id("image_tokens", image_tokens, 1)
-    _check_id("image_token_id", image_token_id, 0, allow_none=True)
-    _check_id("num_images", num_images, 0, allow_none=True)
+    check_int(placeholder_id, "placeholder_id", 0)
+    check_int(image_tokens, "image_tokens", 1)
+    check_int(image_token_id, "image_token_id", 0, allow_none=True)
+    check_int(num_images, "num_images", 0, allow_none=True)
     ids = np.asarray(input_ids)
     mask = np.asarray(trained, dtype=bool)
     if ids.ndim != 1 or mask.shape != ids.shape:
@@ -136,7 +129,7 @@ def add_image_placeholder(
         raise TypeError(f"image_token must be a string, got {type(image_token).__name__}.")
     if not image_token:
         raise ValueError("image_token must be a non-empty string, got ''.")
-    _check_id("count", count, 1)
+    check_int(count, "count", 1)
     out = [dict(m) for m in messages]
     for i, m in enumerate(out):
         if not isinstance(m.get("content", ""), str):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collates._checks import int_mistake
+from collates._checks import check_int
 from collates.pack_plan import POOL_DOCUMENTS, PackPlan
 
 __all__ = ["BudgetPlan", "budget_plan", "first_fit_plan"]
@@ -92,13 +92,6 @@ class BudgetPlan:
         return self.num_images / slots if slots else 0.0
 
 
-def _check_int(name: str, value: object, minimum: int, allow_none: bool = False) -> None:
-    mistake = int_mistake(value, minimum, allow_none=allow_none)
-    if mistake is not None:
-        accepted = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise mistake(f"{name} must be {accepted}, got {value!r}.")
-
-
 def _counts(name: str, values: np.ndarray, minimum: int) -> np.ndarray:
     raw = np.asarray(values)
     if raw.ndim != 1:
@@ -122,11 +115,11 @@ def _inputs(
     seed: int | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Checked counts, the records that fit (positions) and those over a budget."""
-    _check_int("seq_length", seq_length, 1)
-    _check_int("batch_size", batch_size, 1)
-    _check_int("max_images", max_images, 1)
-    _check_int("pool", pool, 1, allow_none=True)
-    _check_int("seed", seed, 0, allow_none=True)
+    check_int(seq_length, "seq_length", 1)
+    check_int(batch_size, "batch_size", 1)
+    check_int(max_images, "max_images", 1)
+    check_int(pool, "pool", 1, allow_none=True)
+    check_int(seed, "seed", 0, allow_none=True)
     tokens = _counts("tokens", tokens, 1)
     images = _counts("images", images, 0)
     if len(tokens) != len(images):

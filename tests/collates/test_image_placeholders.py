@@ -143,10 +143,14 @@ def test_a_placeholder_count_that_differs_names_both_counts() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"image_tokens": 0}, ValueError, "image_tokens must be an int >= 1, got 0"),
-        ({"image_tokens": 2.0}, TypeError, "image_tokens must be an int >= 1, got 2.0"),
-        ({"placeholder_id": "<image>"}, TypeError, "placeholder_id must be an int"),
-        ({"num_images": -1}, ValueError, "num_images must be an int >= 0 or None, got -1"),
+        ({"image_tokens": 0}, ValueError, "image_tokens=0 is not accepted: use an int >= 1"),
+        ({"image_tokens": 2.0}, TypeError, "image_tokens=2.0 is not accepted: use an int >= 1"),
+        (
+            {"placeholder_id": "<image>"},
+            TypeError,
+            "placeholder_id='<image>' is not accepted: use an int >= 0",
+        ),
+        ({"num_images": -1}, ValueError, "num_images=-1 is not accepted: use an int >= 0 or None"),
     ],
 )
 def test_bad_arguments(kwargs, error, match) -> None:

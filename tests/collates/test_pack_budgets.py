@@ -145,11 +145,11 @@ def test_empty() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"seq_length": 0}, ValueError, "seq_length must be an int >= 1, got 0"),
-        ({"batch_size": 2.0}, TypeError, "batch_size must be an int >= 1, got 2.0"),
-        ({"max_images": None}, TypeError, "max_images must be an int >= 1, got None"),
-        ({"pool": 0}, ValueError, "pool must be an int >= 1 or None, got 0"),
-        ({"seed": -1}, ValueError, "seed must be an int >= 0 or None, got -1"),
+        ({"seq_length": 0}, ValueError, "seq_length=0 is not accepted: use an int >= 1"),
+        ({"batch_size": 2.0}, TypeError, "batch_size=2.0 is not accepted: use an int >= 1"),
+        ({"max_images": None}, TypeError, "max_images=None is not accepted: use an int >= 1"),
+        ({"pool": 0}, ValueError, "pool=0 is not accepted: use an int >= 1 or None"),
+        ({"seed": -1}, ValueError, "seed=-1 is not accepted: use an int >= 0 or None"),
         ({"tokens": [3, 0]}, ValueError, "tokens must be >= 1: record 1 has 0"),
         ({"images": [1, -1]}, ValueError, "images must be >= 0: record 1 has -1"),
         ({"images": [1]}, ValueError, "one count per record, got 2 and 1"),
