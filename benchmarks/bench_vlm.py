@@ -10,7 +10,8 @@ would.
    for several rows per batch (``--batch-sizes``). For :func:`collates.pack_budgets.budget_plan`
    (best fit over both budgets) and :func:`collates.pack_budgets.first_fit_plan` (first fit on
    tokens alone, in the order given, batches cut where the image budget would overflow: the
-   common approach): batches, tokens per row slot, images per batch against ``max_images``,
+   common approach): batches, tokens per row slot (image positions included, and text alone),
+   images per batch against ``max_images``,
    the lower bound on batches (``max(tokens / (rows * 2048), images / 16)``), and the time to
    plan all records (median of ``--repeats``; pools of 16,384 records, as the DataModules
    plan).
@@ -85,7 +86,7 @@ def main() -> None:
     print("\n1. Packing efficiency on both budgets")
     header = (
         f"{'rows/batch':>10} {'packer':<28} {'batches':>8} {'bound':>7} {'tokens/slot':>11} "
-        f"{'images/max':>10} {'plan s':>7} {'us/rec':>6}"
+        f"{'text/slot':>9} {'images/max':>10} {'plan s':>7} {'us/rec':>6}"
     )
     print(header)
     for batch_size in args.batch_sizes:
@@ -100,9 +101,11 @@ def main() -> None:
             np.ceil(max(tokens[fits].sum() / (batch_size * SEQ), images[fits].sum() / MAX_IMAGES))
         )
         for name, (plan, seconds) in plans.items():
+            slots = plan.num_batches * batch_size * SEQ
+            text = (tokens - args.image_tokens * images)[plan.rows.doc].sum() / slots
             print(
                 f"{batch_size:>10} {name:<28} {plan.num_batches:>8,} {bound:>7,} "
-                f"{plan.token_efficiency:>11.3f} {plan.image_efficiency:>10.3f} "
+                f"{plan.token_efficiency:>11.3f} {text:>9.3f} {plan.image_efficiency:>10.3f} "
                 f"{seconds:>7.2f} {1e6 * seconds / len(fits):>6.1f}"
             )
         (ours, _), (first, _) = plans.values()
