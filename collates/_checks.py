@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-__all__ = ["int_mistake"]
+__all__ = ["check_int", "int_mistake"]
 
 
 def int_mistake(
@@ -23,3 +23,15 @@ def int_mistake(
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         return TypeError
     return ValueError if minimum is not None and value < minimum else None
+
+
+def check_int(
+    value: Any, name: str, minimum: int | None = None, *, allow_none: bool = False
+) -> None:
+    """Raises the mistake :func:`int_mistake` finds in ``value``, naming ``name``, the value and
+    what is accepted (``"seq_length=0 is not accepted: use an int >= 1."``)."""
+    mistake = int_mistake(value, minimum, allow_none=allow_none)
+    if mistake is not None:
+        accepted = "an int" + ("" if minimum is None else f" >= {minimum}")
+        accepted += " or None" if allow_none else ""
+        raise mistake(f"{name}={value!r} is not accepted: use {accepted}.")

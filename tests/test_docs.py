@@ -169,6 +169,19 @@ def check_image_shards(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert dm.num_classes == 3 and dm.split_size("train") == 12
 
 
+def check_image_placeholders(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    assert namespace["messages"] == [{"role": "user", "content": "<image>Which digit?"}]
+    out = namespace["out"]
+    assert out.input_ids.tolist() == [5, 9, 9, 9, 6]
+    assert out.trained.tolist() == [False, False, False, False, True]
+    assert out.image_starts.tolist() == [1]
+    plan = namespace["plan"]
+    assert plan.rows.doc.tolist() == [1, 2, 4, 0, 3] and plan.rows.row_ptr.tolist() == [0, 3, 5]
+    assert plan.batch_ptr.tolist() == [0, 1, 2] and plan.over.tolist() == []
+    assert plan.image_efficiency == 9 / 12 and plan.token_efficiency == 3300 / (2 * 2 * 2048)
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -179,6 +192,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "pad-collate": check_pad_collate,
     "collate-records": check_collate_records,
     "image-shards": check_image_shards,
+    "image-placeholders": check_image_placeholders,
 }
 
 
