@@ -7,9 +7,9 @@ the extension: ``.jsonl`` / ``.ndjson`` (optionally ``.gz`` / ``.zst``), ``.txt`
 per line), ``.csv`` (a dict per row), ``.parquet`` (read a row group at a time) and ``.tar``
 (WebDataset's records; see :mod:`datamodules.shards.tar`). With ``image_key=`` records
 are images, batched as :class:`~datamodules.ImageFolderDataModule` batches files
-(:mod:`datamodules.streaming.image_records`).
+(:mod:`datamodules.stream_parts.image_records`).
 
-What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
+What the loaders guarantee (the engine is :mod:`datamodules.stream_engine`):
 
 * **Exactly once.** In one epoch every record of a split is delivered once across all DDP
   ranks and DataLoader workers, however many shards there are and however uneven, and every
@@ -31,11 +31,11 @@ What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
   Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)`` from a mid-epoch
   checkpoint yields exactly the records of that epoch not yet seen, also on another world
   size, worker count or batch size (re-split with equal batches per rank, see
-  :mod:`~datamodules.streaming.engine.elastic`); later epochs are a fresh run's on the new layout.
+  :mod:`~datamodules.stream_engine.elastic`); later epochs are a fresh run's on the new layout.
   Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
 * **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
   (and, in an epoch resumed on another layout, the positions of this rank's share and of
-  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.engine.remainder`).
+  the few old workers' buffers it overlaps: :mod:`~datamodules.stream_engine.remainder`).
 * **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
   shard that cannot be read raise an error naming the shard and the line; with
   ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
@@ -75,7 +75,10 @@ from datamodules.core.skipped import Skipped
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_records
-from datamodules.streaming.arguments import (
+from datamodules.stream_engine.batching import Chain, stream_collate
+from datamodules.stream_engine.loader import StreamLoader
+from datamodules.stream_engine.stream import ShardedStream
+from datamodules.stream_parts.arguments import (
     check_files,
     check_mixing,
     check_stream_arguments,
@@ -83,21 +86,18 @@ from datamodules.streaming.arguments import (
     remote_options,
     stream_work,
 )
-from datamodules.streaming.engine.batching import Chain, stream_collate
-from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.stream import ShardedStream
-from datamodules.streaming.image_records import (
+from datamodules.stream_parts.image_records import (
     IMAGE_SHUFFLE_BUFFER,
     IMAGENET_MEAN,
     IMAGENET_STD,
     RECORD_SHUFFLE_BUFFER,
     StreamImages,
 )
+from datamodules.stream_parts.loaders import StreamLoaders
+from datamodules.stream_parts.mix_resume import StreamMixResume
+from datamodules.stream_parts.splits import SplitSource, StreamSplits
+from datamodules.stream_parts.stream_state import StreamState
 from datamodules.streaming.inspection import StreamInspection
-from datamodules.streaming.loaders import StreamLoaders
-from datamodules.streaming.mix_resume import StreamMixResume
-from datamodules.streaming.splits import SplitSource, StreamSplits
-from datamodules.streaming.stream_state import StreamState
 
 __all__ = ["StreamingDataModule", "stream_collate"]
 

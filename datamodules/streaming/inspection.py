@@ -15,8 +15,8 @@ from typing import Any
 from datamodules.core.mixture import schedule_lines
 from datamodules.core.summary import counted, unsaved_lines
 from datamodules.remote.files import is_remote
-from datamodules.streaming.engine.columnar import columnar_reason
-from datamodules.streaming.splits import SPLITS
+from datamodules.stream_engine.columnar import columnar_reason
+from datamodules.stream_parts.splits import SPLITS
 
 __all__ = ["StreamInspection"]
 

@@ -36,7 +36,7 @@ from datamodules.shards.shared_indexing import (
     process_group,
     read_index_file,
 )
-from datamodules.streaming.engine.mixing import StreamSource
+from datamodules.stream_engine.mixing import StreamSource
 
 __all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
 

@@ -13,7 +13,7 @@ mix on resume). This module turns an epoch's plan into records:
   epoch: at least 256 records, at most 8,192), in an order shuffled from ``(seed, epoch)``, so
   every stretch of the sequence (and, after the workers' shuffle buffers, every batch) mixes
   the sources in proportion. A worker reads a shard's chunks as one read continued
-  (:mod:`~datamodules.streaming.engine.continued`): mixing costs no extra seeks, and chunks
+  (:mod:`~datamodules.stream_engine.continued`): mixing costs no extra seeks, and chunks
   large enough keep the blocks of columns large.
 
 The sequence is a list of :class:`Piece` (a run of consecutive records of one shard), which the

@@ -1,13 +1,13 @@
 """The columnar path of a stream worker: blocks of columns in, batches gathered by field out.
 
-:class:`ColumnarReading` is mixed into :class:`~datamodules.streaming.engine.stream.ShardedStream`.
+:class:`ColumnarReading` is mixed into :class:`~datamodules.stream_engine.stream.ShardedStream`.
 With ``columnar=True`` (what :class:`~datamodules.StreamingDataModule` sets for Parquet and
 JSONL shards with the default collate and no ``transform``) a worker reads its records as
 blocks (:func:`~datamodules.shards.records.read_blocks`), keeps them in a
-:class:`~datamodules.streaming.engine.columns.RowStore`, and shuffles the records' *positions*
+:class:`~datamodules.stream_engine.columns.RowStore`, and shuffles the records' *positions*
 through its buffer: the same positions, the same generator and the same draws as the record
 path, so the same records in the same order, in the same batches. Each batch is then gathered
-from the columns (:func:`~datamodules.streaming.engine.gather.gather`), or, where only records give
+from the columns (:func:`~datamodules.stream_engine.gather.gather`), or, where only records give
 it exactly, collated from the records the columns hold: the batches equal the record path's.
 """
 
@@ -21,19 +21,19 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from collates.padding import PadCollate
-from datamodules.streaming.engine.columns import Block, RowStore, preload
-from datamodules.streaming.engine.elastic import runs
-from datamodules.streaming.engine.gather import gather, gather_group
-from datamodules.streaming.engine.layout import order_pieces
-from datamodules.streaming.engine.messages import (
+from datamodules.stream_engine.columns import Block, RowStore, preload
+from datamodules.stream_engine.elastic import runs
+from datamodules.stream_engine.gather import gather, gather_group
+from datamodules.stream_engine.layout import order_pieces
+from datamodules.stream_engine.messages import (
     MESSAGE_BATCHES,
     MESSAGE_BYTES,
     PackedGroup,
     Views,
     flat_bytes,
 )
-from datamodules.streaming.engine.readers import head_start
-from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_runs
+from datamodules.stream_engine.readers import head_start
+from datamodules.stream_engine.shuffle import replay_shuffle, shuffle_runs
 
 __all__ = [
     "ColumnarReading",
@@ -53,7 +53,7 @@ def columnar_reason(
     """Why a split's batches are collated from records; None when they are gathered from
     columns (Parquet and JSONL shards, the default collate, no transform)."""
     from datamodules.shards.records import COLUMNAR
-    from datamodules.streaming.engine.batching import stream_collate
+    from datamodules.stream_engine.batching import stream_collate
 
     if not reads_blocks:
         return "records from read_shard(), or image records"
@@ -110,7 +110,7 @@ class ColumnarReading:
 
     def _preload(self, planned: list[str]) -> None:
         """Imports the block decoders while a remote first shard's requests are answered
-        (:func:`~datamodules.streaming.engine.readers.head_start`)."""
+        (:func:`~datamodules.stream_engine.readers.head_start`)."""
         head_start(planned, "columns", preload)
 
     def _read_blocks(
@@ -225,7 +225,7 @@ class ColumnarReading:
         rng: random.Random,
     ) -> Iterator[np.ndarray]:
         """A worker's ``n`` record positions after shuffling, from the ``t``-th on, as arrays:
-        the record path's order (:func:`~datamodules.streaming.engine.shuffle.shuffle_runs`), each
+        the record path's order (:func:`~datamodules.stream_engine.shuffle.shuffle_runs`), each
         block kept in ``store`` before its positions can be emitted."""
 
         def runs(start: int) -> Iterator[tuple[int, int]]:

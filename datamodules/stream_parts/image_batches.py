@@ -36,7 +36,7 @@ from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError, preload
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
-from datamodules.streaming.engine.readers import head_start
+from datamodules.stream_engine.readers import head_start
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
 
@@ -51,7 +51,7 @@ class TaggedReader:
     def plan(self, paths: Sequence[str]) -> None:
         """Passes the shards to read next on to the wrapped reader (for its prefetch); a
         worker whose first shard is remote imports the image decoders while it waits
-        (:func:`~datamodules.streaming.engine.readers.head_start`)."""
+        (:func:`~datamodules.stream_engine.readers.head_start`)."""
         plan = getattr(self.reader, "plan", None)
         if plan is not None:
             plan(paths)

@@ -3,9 +3,9 @@ sizes and the train stream's position (plain data), and how it restores them.
 
 :class:`StreamState` is mixed into :class:`~datamodules.StreamingDataModule`; the position is
 the same dict the train loader's ``state_dict`` gives, which Lightning also saves with the
-loops, and it restores elastically (:mod:`datamodules.streaming.engine.elastic`). A mixed
+loops, and it restores elastically (:mod:`datamodules.stream_engine.elastic`). A mixed
 train split's position holds its mix, which a resume continues, changed or not
-(:mod:`datamodules.streaming.mix_resume`).
+(:mod:`datamodules.stream_parts.mix_resume`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class StreamState:
 
         A mixed train split may resume with other weights, schedules or sources: the epoch
         the checkpoint interrupted ends as it was planned and the new mix applies from the
-        next one (:mod:`datamodules.streaming.mix_resume`).
+        next one (:mod:`datamodules.stream_parts.mix_resume`).
 
         Raises:
             ValueError: The train shards differ from the checkpoint's (for a mixed split: a

@@ -1,7 +1,7 @@
 """Reads of a shard kept open where they stopped, for streams that read shards in chunks.
 
 A mixed stream interleaves its sources in chunks of a few hundred records
-(:mod:`~datamodules.streaming.engine.mixing`), so a worker reads each shard as a series of
+(:mod:`~datamodules.stream_engine.mixing`), so a worker reads each shard as a series of
 consecutive ranges, ``[0, 256)``, then ``[256, 512)`` after chunks of other shards, and so on.
 Opening the shard again for each range would seek again each time: a Parquet row group read
 again for every chunk, or up to a thousand JSONL lines skipped. :class:`OpenReads` keeps the

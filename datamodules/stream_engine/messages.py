@@ -4,7 +4,7 @@ A DataLoader worker sends each item it yields as one message: pickled, queued, u
 the main process. On a small machine a message costs about 0.2 ms (2 workers: at most about
 4,600 messages a second, however cheap the batch), so a stream of small batches, such as 64
 parsed records, is bound by messages, not by reading. A worker of a
-:class:`~datamodules.streaming.engine.loader.StreamLoader` therefore groups its batches,
+:class:`~datamodules.stream_engine.loader.StreamLoader` therefore groups its batches,
 :data:`MESSAGE_BATCHES` at a time (fewer when they are large: a message carries at most about
 :data:`MESSAGE_BYTES` of tensors, so image batches still travel one by one in their reused
 shared-memory slots), and the main process deals them out again with :func:`interleave`.
@@ -248,7 +248,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 class PackedGroup:
     """Batches a worker made packed already (a columnar group,
-    :func:`~datamodules.streaming.engine.gather.gather_group`): their flat tensor and each batch's
+    :func:`~datamodules.stream_engine.gather.gather_group`): their flat tensor and each batch's
     layout. :func:`messages` sends it as one message, as it is."""
 
     __slots__ = ("flat", "layouts")

@@ -1,10 +1,10 @@
 """A stream's mix over epochs: each epoch's records and layout, and a mix changed on resume.
 
-:class:`MixedStream` is mixed into :class:`~datamodules.streaming.engine.stream.ShardedStream`.
+:class:`MixedStream` is mixed into :class:`~datamodules.stream_engine.stream.ShardedStream`.
 With sources, the stream holds a :class:`~datamodules.core.mixture.Mixture`: per epoch, each
 source's quota and its position in its run of passes (weights and schedules, repeats), which
-:func:`~datamodules.streaming.engine.mixing.epoch_pieces` turns into the epoch's records. An
-epoch's record count, and so its layout (:class:`~datamodules.streaming.engine.layout.Plan`),
+:func:`~datamodules.stream_engine.mixing.epoch_pieces` turns into the epoch's records. An
+epoch's record count, and so its layout (:class:`~datamodules.stream_engine.layout.Plan`),
 is the mixture's total for that epoch: the same every epoch of a run, except an epoch that a
 resume with a changed mix finishes as it was planned.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from datamodules.core.mixture import Mixture
-from datamodules.streaming.engine.layout import Plan, order_pieces
-from datamodules.streaming.engine.mixing import StreamSource, epoch_pieces
+from datamodules.stream_engine.layout import Plan, order_pieces
+from datamodules.stream_engine.mixing import StreamSource, epoch_pieces
 
 __all__ = ["MixedStream", "interrupted"]
 
@@ -36,7 +36,7 @@ def interrupted(state: dict[str, Any]) -> bool:
 
 class MixedStream:
     """Per-epoch records, layout and the mix in ``state_dict`` of a
-    :class:`~datamodules.streaming.engine.stream.ShardedStream` (a mixin)."""
+    :class:`~datamodules.stream_engine.stream.ShardedStream` (a mixin)."""
 
     sources: list[StreamSource] | None
     reader: Any
@@ -139,7 +139,7 @@ class MixedStream:
 
     # ------------------------------------------------------------------ state
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
-        """The position (see :class:`~datamodules.streaming.engine.position.StreamPosition`),
+        """The position (see :class:`~datamodules.stream_engine.position.StreamPosition`),
         plus, for a mixed stream, the ``mix`` of the saved epoch."""
         state = super().state_dict(batches)  # type: ignore[misc]
         if self.mix is None or self._pending_state is not None:
@@ -161,7 +161,7 @@ class MixedStream:
 
         Raises:
             ValueError: What the position cannot resume (see
-                :meth:`~datamodules.streaming.engine.position.StreamPosition.load_state_dict`),
+                :meth:`~datamodules.stream_engine.position.StreamPosition.load_state_dict`),
                 or a source of the same name over other shards.
         """
         saved = state.get("mix")

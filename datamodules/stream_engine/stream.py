@@ -8,7 +8,7 @@ How records are placed (one epoch):
 2. Rank ``r`` of ``R`` takes a contiguous range of that sequence, the ranges as even as
    possible, cut into the same number of batches on every rank, and deals its batches to
    its DataLoader workers in contiguous blocks (the rules:
-   :class:`~datamodules.streaming.engine.layout.Plan`). A worker reads its range shard piece by
+   :class:`~datamodules.stream_engine.layout.Plan`). A worker reads its range shard piece by
    shard piece, seeking to the first record (a Parquet row group, a line offset from the
    index), shuffles it through a buffer of ``shuffle_buffer`` records seeded from ``(seed,
    epoch, rank, worker)``, and yields whole collated batches.
@@ -20,7 +20,7 @@ records than ranks, or ``batch_size=1`` with ``N % R != 0``): the few ranks shor
 record then repeat records from the start of the epoch, as ``DistributedSampler`` does, and
 a warning says how many (:attr:`ShardedStream.num_padded`).
 
-Epochs: each iteration through a :class:`~datamodules.streaming.engine.loader.StreamLoader` runs the
+Epochs: each iteration through a :class:`~datamodules.stream_engine.loader.StreamLoader` runs the
 next epoch (reshuffled, as ``RandomSampler`` does); :meth:`ShardedStream.set_epoch` decides
 explicitly. Without shuffling the order does not depend on the epoch.
 
@@ -32,12 +32,12 @@ record *positions* (cheap, no I/O), re-reads only the records still in the buffe
 continues, and the workers' roles rotate so the round-robin continues where it stopped: the
 same batches as without the interruption. On another layout the records not delivered yet
 are recomputed in index space and re-split over the new ranks and workers
-(:mod:`~datamodules.streaming.engine.elastic`): still every record exactly once, the same number of
+(:mod:`~datamodules.stream_engine.elastic`): still every record exactly once, the same number of
 batches on every rank, and the next epochs are those of a fresh run on the new layout.
 Other shards, another seed, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise a
 ValueError instead of silently duplicating or dropping records.
 
-Use :class:`~datamodules.streaming.engine.loader.StreamLoader` (a DataLoader) to iterate: it
+Use :class:`~datamodules.stream_engine.loader.StreamLoader` (a DataLoader) to iterate: it
 numbers the
 epochs, counts delivered batches for ``state_dict`` and passes both to persistent workers
 through shared memory.
@@ -60,23 +60,23 @@ from datamodules.core.loaders import passthrough
 from datamodules.core.mixture import Mixture
 from datamodules.shards.errors import RecordError
 from datamodules.shards.index import ShardIndex
-from datamodules.streaming.engine.columnar import ColumnarReading
-from datamodules.streaming.engine.elastic import buffer_rng, runs
-from datamodules.streaming.engine.failures import (
+from datamodules.stream_engine.columnar import ColumnarReading
+from datamodules.stream_engine.elastic import buffer_rng, runs
+from datamodules.stream_engine.failures import (
     COLLATE_HINT,
     TRANSFORM_HINT,
     batch_error,
     first_failing,
     record_place,
 )
-from datamodules.streaming.engine.layout import Plan, order_pieces, worker_done
-from datamodules.streaming.engine.messages import messages
-from datamodules.streaming.engine.mixed import MixedStream
-from datamodules.streaming.engine.mixing import StreamSource, check_stream_sources
-from datamodules.streaming.engine.position import StreamPosition
-from datamodules.streaming.engine.readers import Reader, ShardReader
-from datamodules.streaming.engine.remainder import RemainingSequence, remaining_sequence
-from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_buffer
+from datamodules.stream_engine.layout import Plan, order_pieces, worker_done
+from datamodules.stream_engine.messages import messages
+from datamodules.stream_engine.mixed import MixedStream
+from datamodules.stream_engine.mixing import StreamSource, check_stream_sources
+from datamodules.stream_engine.position import StreamPosition
+from datamodules.stream_engine.readers import Reader, ShardReader
+from datamodules.stream_engine.remainder import RemainingSequence, remaining_sequence
+from datamodules.stream_engine.shuffle import replay_shuffle, shuffle_buffer
 
 __all__ = ["ShardedStream"]
 
@@ -102,8 +102,8 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             the given indexes. Must be picklable for worker processes.
         on_error: ``"raise"`` or ``"skip"`` bad records (``ShardIndex`` shards must have been
             indexed with the same policy, so that counts match what is read).
-        sources: Mix the shards as weighted sources (:mod:`~datamodules.streaming.engine.mixing`):
-            each a :class:`~datamodules.streaming.engine.mixing.StreamSource` naming its shards (by
+        sources: Mix the shards as weighted sources (:mod:`~datamodules.stream_engine.mixing`):
+            each a :class:`~datamodules.stream_engine.mixing.StreamSource` naming its shards (by
             position in ``shards``) and its quota of records per epoch. None: every shard once
             per epoch.
         mix: With ``sources``: a :class:`~datamodules.core.mixture.Mixture` that says each
@@ -111,7 +111,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             instead of the sources' fixed quotas.
         source_key: With ``sources``, each (dict) record gets its source's name in this field.
         columnar: Read Parquet and JSONL shards as blocks of columns and gather each batch
-            by field (:mod:`~datamodules.streaming.engine.columnar`): the batches of
+            by field (:mod:`~datamodules.stream_engine.columnar`): the batches of
             ``collate`` over the records, which must be the default collate
             (``stream_collate``); no ``transform``.
 
@@ -196,7 +196,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
         self._init_position()
         self._cache: tuple[Any, Any, Plan] | None = None
         #: Set by a StreamLoader with workers: each worker sends its batches grouped in
-        #: messages (:mod:`~datamodules.streaming.engine.messages`).
+        #: messages (:mod:`~datamodules.stream_engine.messages`).
         self._send_messages = False
 
     # ------------------------------------------------------------------ layout
@@ -221,7 +221,7 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
     ) -> tuple[RemainingSequence | None, Plan]:
         """The sequence (None: the whole epoch) and layout of the segment after ``segments``;
         the sequence is built only where a worker reads it
-        (:mod:`~datamodules.streaming.engine.remainder`)."""
+        (:mod:`~datamodules.stream_engine.remainder`)."""
         if not segments:
             return None, self.plan_of(epoch)
         key = (epoch, segments)

@@ -9,7 +9,7 @@ lists (a few ints each: the state grows with resumes, never with records).
 
 :func:`remainder` recomputes, in index space and without reading a record, which records
 each segment delivered. Rank ``r`` of a segment took a contiguous range of that segment's
-sequence (:class:`~datamodules.streaming.engine.layout.Plan`); after the rank delivered ``k``
+sequence (:class:`~datamodules.stream_engine.layout.Plan`); after the rank delivered ``k``
 batches its worker ``w`` delivered ``k // K + (w < k % K)`` of them; and replaying the
 worker's shuffle buffer over its record positions (:func:`emitted`) says exactly which of
 its records those batches held. What is left (unread tails, records still in buffers) is
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from datamodules.core.elastic import Segment
-from datamodules.streaming.engine.layout import Plan, worker_done
-from datamodules.streaming.engine.shuffle import replay_shuffle
+from datamodules.stream_engine.layout import Plan, worker_done
+from datamodules.stream_engine.shuffle import replay_shuffle
 
 __all__ = [
     "MAX_SEGMENTS",

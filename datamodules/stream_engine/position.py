@@ -1,9 +1,9 @@
 """The position of a ShardedStream: epochs, ``state_dict`` / ``load_state_dict`` and resumes.
 
-:class:`StreamPosition` is mixed into :class:`~datamodules.streaming.engine.stream.ShardedStream`. A
+:class:`StreamPosition` is mixed into :class:`~datamodules.stream_engine.stream.ShardedStream`. A
 position is the epoch, the batches this rank delivered in it, the layout that delivered them
 (world size, workers, batch size) and the segments of the epoch delivered on earlier layouts
-(:mod:`~datamodules.streaming.engine.elastic`). The main process keeps it in attributes; persistent
+(:mod:`~datamodules.stream_engine.elastic`). The main process keeps it in attributes; persistent
 DataLoader workers read it from a shared-memory tensor at the start of each iteration.
 """
 
@@ -20,8 +20,8 @@ from torch.utils.data import get_worker_info
 
 from datamodules.core.checks import check_int
 from datamodules.core.elastic import Segment
-from datamodules.streaming.engine.elastic import MAX_SEGMENTS, check_resumable
-from datamodules.streaming.engine.layout import Plan
+from datamodules.stream_engine.elastic import MAX_SEGMENTS, check_resumable
+from datamodules.stream_engine.layout import Plan
 
 __all__ = ["StreamPosition", "check_int"]
 
@@ -30,7 +30,7 @@ Pending = tuple[int, int, tuple[int, int, int], tuple[Segment, ...]]
 
 
 class StreamPosition:
-    """Epochs and resumable position of :class:`~datamodules.streaming.engine.stream.ShardedStream`
+    """Epochs and resumable position of :class:`~datamodules.stream_engine.stream.ShardedStream`
     (a mixin; the stream provides the layout, the shards and ``_segment_plan``)."""
 
     epoch: int
@@ -147,7 +147,7 @@ class StreamPosition:
         self._len_override = batches
 
     def attach_loader(self, num_workers: int) -> None:
-        """Called by the :class:`~datamodules.streaming.engine.loader.StreamLoader` that
+        """Called by the :class:`~datamodules.stream_engine.loader.StreamLoader` that
         iterates this stream: its worker count, and whether its workers send batches in
         messages (they do whenever there are workers)."""
         self._loader_workers = max(num_workers, 1)
@@ -203,7 +203,7 @@ class StreamPosition:
         loop consumed), the layout that delivered them (``world_size``, ``num_workers``,
         ``batch_size``) and the ``segments`` of the epoch delivered on earlier layouts
         (``[world, workers, batch_size, batches]`` each; see
-        :mod:`~datamodules.streaming.engine.elastic`). Inside a worker (torchdata's
+        :mod:`~datamodules.stream_engine.elastic`). Inside a worker (torchdata's
         ``StatefulDataLoader`` asks there): that worker's own count, with ``level="worker"``.
         Plus the settings a resume must keep (``seed``, ``shuffle``, ``shuffle_buffer``,
         ``drop_last``, ``num_records``, ``shards``: a hash of the shard paths and counts). A
@@ -250,7 +250,7 @@ class StreamPosition:
 
         The world size, worker count and batch size may differ from the saved ones: the
         records of the epoch not delivered yet are then re-split over this layout (see
-        :mod:`~datamodules.streaming.engine.elastic`).
+        :mod:`~datamodules.stream_engine.elastic`).
 
         Raises:
             ValueError: The state was saved over other shards or with another seed,

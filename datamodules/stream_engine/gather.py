@@ -1,8 +1,8 @@
-"""Batches gathered from a stream worker's :class:`~datamodules.streaming.engine.columns.RowStore`.
+"""Batches gathered from a stream worker's :class:`~datamodules.stream_engine.columns.RowStore`.
 
 :func:`gather` makes one batch, :func:`gather_group` several consecutive ones at once, laid
 out in one flat byte tensor ready to travel as one message
-(:mod:`~datamodules.streaming.engine.messages`).
+(:mod:`~datamodules.stream_engine.messages`).
 
 The batch is the one :func:`~collates.records.collate_records` makes of the same records
 (what the record path gives): numbers become int64, the default float dtype or bool as
@@ -22,7 +22,7 @@ import torch
 
 from collates.padding import PadCollate
 from collates.records import collate_field, field_pad
-from datamodules.streaming.engine.columns import INT_KINDS, LISTS, NUMBERS, Field, RowStore
+from datamodules.stream_engine.columns import INT_KINDS, LISTS, NUMBERS, Field, RowStore
 
 __all__ = ["gather", "gather_group"]
 
@@ -121,7 +121,7 @@ def gather_group(
 ) -> tuple[torch.Tensor, list[dict[Hashable, Any]]] | None:
     """Several consecutive batches at once (``sizes[k]`` records each, ``positions`` end to
     end), laid out in one flat byte tensor: ``(flat, layouts)``, each batch's layout mapping
-    its fields to :class:`~datamodules.streaming.engine.messages.Placed`; the tensors equal
+    its fields to :class:`~datamodules.stream_engine.messages.Placed`; the tensors equal
     :func:`gather`'s, batch by batch. None unless every field of every record is numbers or
     lists of numbers (with a value in each batch), the batches then gathered one by one.
 
@@ -129,7 +129,7 @@ def gather_group(
     what a worker spends per batch, not per record, is what bounds a stream of small batches.
     ``allocate(nbytes)`` gives the flat tensor (a worker's reused shared-memory slot).
     """
-    from datamodules.streaming.engine.messages import Placed
+    from datamodules.stream_engine.messages import Placed
 
     rows = store._index(positions)
     schema = store._schema[rows]

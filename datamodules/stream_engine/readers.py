@@ -8,7 +8,7 @@
 * :class:`SliceReader`: adapts a user's ``read_shard(path) -> Iterator[record]`` (no seeking).
 
 A mixed stream sets ``continues`` on its reader: local shards are then read through
-:class:`~datamodules.streaming.engine.continued.OpenReads`, so the next chunk of a shard
+:class:`~datamodules.stream_engine.continued.OpenReads`, so the next chunk of a shard
 continues the read where the previous one stopped instead of seeking again.
 """
 
@@ -36,7 +36,7 @@ from datamodules.remote.versions import (
 from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.index import ShardIndex, trusted_index_file
 from datamodules.shards.records import read_blocks, read_records
-from datamodules.streaming.engine.continued import OpenReads
+from datamodules.stream_engine.continued import OpenReads
 
 __all__ = ["PREFETCH_BYTES", "Reader", "ShardReader", "SliceReader", "head_start"]
 

@@ -23,8 +23,8 @@ from typing import Any
 from datamodules.core.context import log
 from datamodules.core.mixture import Mixture, Source, resume_message
 from datamodules.shards.dataset_index import ShardTable
-from datamodules.streaming.engine.mixed import interrupted
-from datamodules.streaming.splits import SplitSource
+from datamodules.stream_engine.mixed import interrupted
+from datamodules.stream_parts.splits import SplitSource
 
 __all__ = ["StreamMixResume"]
 

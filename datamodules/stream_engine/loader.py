@@ -12,8 +12,8 @@ from datamodules.core.hardware import AUTO, LoaderSettings
 from datamodules.core.loaders import passthrough
 from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
-from datamodules.streaming.engine.messages import MESSAGE_BATCHES, MESSAGE_INLINE_BELOW, interleave
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.messages import MESSAGE_BATCHES, MESSAGE_INLINE_BELOW, interleave
+from datamodules.stream_engine.stream import ShardedStream
 
 __all__ = ["GATHERED_PREFETCH", "StreamLoader", "gathered_prefetch"]
 

@@ -1,6 +1,6 @@
 """The rest of a stream epoch resumed on another layout, in O(this rank's share).
 
-:func:`~datamodules.streaming.engine.elastic.remainder` defines the records an elastic resume must
+:func:`~datamodules.stream_engine.elastic.remainder` defines the records an elastic resume must
 still deliver: the sorted global positions no earlier segment delivered. It builds them all,
 8 bytes a record, and replays every old worker's shuffle buffer: linear in the epoch on every
 rank (40 s and 2 GB at 100M records). A new rank needs only its own range of that sequence.
@@ -10,7 +10,7 @@ contiguous records of the segment's sequence) leaves ``n - t`` of its ``n`` reco
 still in its shuffle buffer (explicit positions, at most the buffer's size) followed by the
 tail it never read (a run). Those counts come from the layout alone, so prefix sums over the
 old workers (``O(world x workers)``) locate any range of the sequence, and only the blocks a
-range overlaps are replayed (:func:`~datamodules.streaming.engine.elastic.emitted`). A resume of a
+range overlaps are replayed (:func:`~datamodules.stream_engine.elastic.emitted`). A resume of a
 resume stacks one level per segment: a level's positions index its parent's sequence, runs of
 them map through the parent as ranges. So a rank's share costs its own records plus a replay of
 the few old workers it overlaps, and memory stays a few ints per old worker plus the buffers
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from datamodules.core.elastic import Segment
-from datamodules.streaming.engine.elastic import buffer_rng, emitted, remainder
-from datamodules.streaming.engine.layout import Plan, worker_done
+from datamodules.stream_engine.elastic import buffer_rng, emitted, remainder
+from datamodules.stream_engine.layout import Plan, worker_done
 
 __all__ = [
     "Identity",

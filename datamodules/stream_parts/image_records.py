@@ -2,7 +2,7 @@
 
 :class:`StreamImages` is mixed into :class:`~datamodules.StreamingDataModule`. With
 ``image_key`` set, each record's encoded image is decoded, transformed and written into a
-uint8 batch in the workers (:class:`~datamodules.streaming.image_batches.ImageRecordCollate`),
+uint8 batch in the workers (:class:`~datamodules.stream_parts.image_batches.ImageRecordCollate`),
 exactly as :class:`~datamodules.ImageFolderDataModule` does with files: the same decoder, the
 same default transforms (RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate)
 and ``train_transforms`` / ``eval_transforms`` overrides on uint8 ``(3, H, W)`` tensors, the
@@ -35,7 +35,7 @@ from datamodules.imaging.transforms import (
 )
 from datamodules.shards.parquet import read_parquet
 from datamodules.shards.tar import read_tar
-from datamodules.streaming.image_batches import ImageRecordCollate, TaggedReader
+from datamodules.stream_parts.image_batches import ImageRecordCollate, TaggedReader
 
 __all__ = ["IMAGE_SHUFFLE_BUFFER", "RECORD_SHUFFLE_BUFFER", "StreamImages", "check_image_records"]
 

@@ -15,10 +15,10 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.stream import ShardedStream
 
 if TYPE_CHECKING:
-    from datamodules.streaming.datamodule import StreamingDataModule
+    from datamodules.core.base import BaseDataModule as StreamingDataModule
 
 __all__ = ["ConsumedBatches", "ResumedEpochEnd", "TrainerLength", "restored_inside_finished_epoch"]
 

@@ -2,7 +2,7 @@
 in a :class:`StreamLoader` with the resolved settings, wired to the Trainer for resume.
 
 :class:`StreamLoaders` is mixed into :class:`~datamodules.StreamingDataModule`; the engine
-itself is :mod:`datamodules.streaming.engine`.
+itself is :mod:`datamodules.stream_engine`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from datamodules.core.mixture import Mixture
 from datamodules.core.quiet import HeldFilters
 from datamodules.remote.cache import ShardCache
 from datamodules.shards.dataset_index import ShardTable, shard_formats
-from datamodules.streaming.engine.batching import factory_loader
-from datamodules.streaming.engine.columnar import columnar_reason
-from datamodules.streaming.engine.loader import StreamLoader, gathered_prefetch
-from datamodules.streaming.engine.readers import ShardReader, SliceReader
-from datamodules.streaming.engine.stream import ShardedStream
-from datamodules.streaming.splits import SplitSource
-from datamodules.streaming.trainer_links import (
+from datamodules.stream_engine.batching import factory_loader
+from datamodules.stream_engine.columnar import columnar_reason
+from datamodules.stream_engine.loader import StreamLoader, gathered_prefetch
+from datamodules.stream_engine.readers import ShardReader, SliceReader
+from datamodules.stream_engine.stream import ShardedStream
+from datamodules.stream_parts.splits import SplitSource
+from datamodules.stream_parts.trainer_links import (
     ConsumedBatches,
     ResumedEpochEnd,
     TrainerLength,

@@ -7,7 +7,7 @@ thousand JSONL lines parsed at once by pyarrow's JSON reader
 (:class:`Block`): numbers to a NumPy array, lists of numbers to their values laid end to end
 and each row's length, anything else (strings, nested lists, nulls, structs) to its Python
 values. The shuffle buffer then holds row *positions* (:class:`RowStore`), and a batch is
-gathered field by field (:mod:`~datamodules.streaming.engine.gather`): one fancy index per field,
+gathered field by field (:mod:`~datamodules.stream_engine.gather`): one fancy index per field,
 and variable-length lists padded in one scatter, as the record path pads them.
 """
 

@@ -14,8 +14,8 @@ One layout (:class:`Plan`) of ``n`` records over ``world`` ranks in batches of `
   each worker in turn, so after the rank delivered ``k`` batches worker ``w`` delivered
   :func:`worker_done` ``(k, K, w) = k // K + (w < k % K)`` of them.
 
-:class:`~datamodules.streaming.engine.stream.ShardedStream` uses it for a fresh epoch (the
-sequence is the epoch's records in shard order) and :mod:`~datamodules.streaming.engine.elastic`
+:class:`~datamodules.stream_engine.stream.ShardedStream` uses it for a fresh epoch (the
+sequence is the epoch's records in shard order) and :mod:`~datamodules.stream_engine.elastic`
 for the rest of an epoch resumed on another layout (the sequence is the records not yet
 delivered).
 """
