@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming")
+KINDS = ("tensor", "images", "text", "streaming", "image_text")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
@@ -19,6 +19,7 @@ KINDS = ("tensor", "images", "text", "streaming")
 LAYERS = {
     "remote": (),
     "imaging": (),
+    "tokenizing": (),
     "shards": ("remote", "imaging"),
     "stream_engine": ("remote", "imaging", "shards"),
     "stream_parts": ("remote", "imaging", "shards", "stream_engine"),
@@ -165,7 +166,8 @@ OWN_JSON = {
     [
         p
         for p in MODULES
-        if area(module_name(p)) in ("text", "streaming", "stream_engine", "stream_parts")
+        if area(module_name(p))
+        in ("text", "streaming", "image_text", "stream_engine", "stream_parts", "tokenizing")
     ],
     ids=lambda p: str(p.relative_to(ROOT)),
 )

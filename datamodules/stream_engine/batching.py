@@ -103,7 +103,7 @@ def factory_loader(
             f"{type(dataset).__name__}: it must return an IterableDataset of records, or None."
         )
     drop_last = dm.drop_last and split == "train"
-    _, transform, collate = dm.stream_parts(split, None)
+    _, transform, collate = dm.split_parts(split, None)
     batched = BatchedIterable(dataset, dm.batch_size, transform, collate, drop_last)
     kwargs["collate_fn"] = passthrough
     pool = attach_pool(kwargs, dm.reuse_batch_memory)

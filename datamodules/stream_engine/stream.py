@@ -22,7 +22,9 @@ a warning says how many (:attr:`ShardedStream.num_padded`).
 
 Epochs: each iteration through a :class:`~datamodules.stream_engine.loader.StreamLoader` runs the
 next epoch (reshuffled, as ``RandomSampler`` does); :meth:`ShardedStream.set_epoch` decides
-explicitly. Without shuffling the order does not depend on the epoch.
+explicitly. Without shuffling the order does not depend on the epoch. A ``transform`` or
+``collate`` with a ``set_epoch(epoch)`` method is told each epoch as it starts, in the process
+that iterates (image-text captions pick one of a record's captions per epoch).
 
 Resume. The DataLoader takes batches from its workers round-robin (``in_order=True``), so
 after the rank has delivered ``k`` batches worker ``w`` has delivered ``k // W + (w < k % W)``
@@ -331,6 +333,10 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             done = worker_done(skip, workers, worker)
         seq, plan = self._segment_plan(epoch, segments)
         self.epoch = epoch
+        for part in (self.transform, self.collate):  # parts that depend on the epoch
+            follow = getattr(part, "set_epoch", None)
+            if follow is not None:
+                follow(epoch)
         self._yielded = done + (sum(s.batches for s in segments) if info is None else 0)
         batches = self._batches(epoch, worker, workers, done, seq, plan, len(segments))
         if info is not None and self._send_messages:  # a StreamLoader's worker

@@ -69,19 +69,19 @@ def check_stream_split_arguments(dm: Any) -> None:
     for name, value in (("val_split", dm.val_split), ("test_split", dm.test_split)):
         if value != 0:
             raise ValueError(
-                f"{name}={value!r} does not apply to StreamingDataModule: a stream is not "
+                f"{name}={value!r} does not apply to {type(dm).__name__}: a stream is not "
                 f"split at random; give the records as {name[:-6]}_files= instead (leave "
                 f"{name} at its default, 0)."
             )
     if dm.explicit_splits is not None or dm.stratify:
         name = "splits" if dm.explicit_splits is not None else "stratify"
         raise ValueError(
-            f"{name}= does not apply to StreamingDataModule: give each split's shards as "
+            f"{name}= does not apply to {type(dm).__name__}: give each split's shards as "
             "train_files=, val_files= and test_files=."
         )
     if dm.num_workers == TUNE:
         raise ValueError(
-            "num_workers='tune' is not accepted by StreamingDataModule (the tuner times "
+            f"num_workers='tune' is not accepted by {type(dm).__name__} (the tuner times "
             "index-sampled loaders): use an int or 'auto'."
         )
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -38,7 +38,7 @@ from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
 from datamodules.stream_engine.readers import head_start
 
-__all__ = ["ImageRecordCollate", "TaggedReader"]
+__all__ = ["BadRecord", "ImageRecordCollate", "RecordFields", "TaggedReader", "record_name"]
 
 
 class TaggedReader:
@@ -66,8 +66,21 @@ class TaggedReader:
             yield record
 
 
-class _Bad(Exception):
-    """Why one record cannot be batched."""
+class BadRecord(Exception):
+    """Why one record cannot be batched (raised with the reason; the collate names the
+    record)."""
+
+
+class RecordFields(Protocol):
+    """What an image batch holds beside the images (image-text pairs: the tokenized captions).
+
+    ``fields(record)`` gives a record's value (raising :class:`BadRecord` for a record that
+    lacks it), ``fields.batch(values)`` the batch's entries from the records' values.
+    """
+
+    def __call__(self, record: Mapping[str, Any]) -> Any: ...
+
+    def batch(self, values: list[Any]) -> dict[str, Any]: ...
 
 
 def record_name(record: Any) -> tuple[str, str]:
@@ -94,6 +107,9 @@ class ImageRecordCollate:
         on_error: ``"raise"`` or ``"skip"`` bad records.
         skips: Where skipped records are sent to the main process (``"skip"``).
         decode: ``"scaled"`` or ``"full"`` (:class:`~datamodules.imaging.scaled.ImageDecoder`).
+        fields: With ``label_key=None``: what a batch holds beside ``"image"``
+            (:class:`RecordFields`; None: the records' other fields, collated as streams
+            collate them).
     """
 
     def __init__(
@@ -105,6 +121,7 @@ class ImageRecordCollate:
         on_error: str = "raise",
         skips: SkipChannel | None = None,
         decode: str = "full",
+        fields: RecordFields | None = None,
     ) -> None:
         self.decoder = ImageDecoder(transform, decode)
         self.image_keys = tuple(image_keys)
@@ -114,6 +131,7 @@ class ImageRecordCollate:
         self.transform = transform
         self.on_error = on_error
         self.skips = skips
+        self.fields = fields
         self._last_good: Any = None  # this worker's last good record, for an all-bad batch
 
     def __call__(self, records: list[Any]) -> Any:
@@ -122,38 +140,55 @@ class ImageRecordCollate:
         rest: list[dict[str, Any]] = []
         for record in records:
             try:
+                extra = self._rest(record)
                 image, own, label = self._decode(record)
-            except _Bad as bad:
-                self._bad(record, str(bad))
+            except BadRecord as bad:
+                reason = str(bad)
+                self._bad(record, reason)
                 continue
             writer.add(image, own)
             labels.append(label)
-            if self.label_key is None:
-                rest.append({k: v for k, v in record.items() if k not in self.image_keys})
+            rest.append(extra)
             self._last_good = record
         if not labels:
             if self._last_good is None:
                 shard, where = record_name(records[-1])
                 raise RecordError(
                     shard, where, "every record of this batch is bad and no good one was read "
-                    "before it to fill the batch (on_error='skip')"
+                    f"before it to fill the batch (on_error='skip'); this one {reason}"
                 )  # fmt: skip
+            extra = self._rest(self._last_good)
             image, own, label = self._decode(self._last_good)
             writer.add(image, own)
             labels.append(label)
-            if self.label_key is None:
-                rest.append({k: v for k, v in self._last_good.items() if k not in self.image_keys})
+            rest.append(extra)
             self._log(self._last_good, "repeated to fill a batch whose records were all bad")
         images = writer.batch()
         if self.label_key is not None:
             return images, torch.tensor(labels, dtype=torch.int64)
+        if self.fields is not None:
+            return {"image": images, **self.fields.batch(rest)}
         return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tells the fields the epoch that starts (the stream calls it in each worker)."""
+        follow = getattr(self.fields, "set_epoch", None)
+        if follow is not None:
+            follow(epoch)
+
+    def _rest(self, record: Any) -> Any:
+        """What the batch holds of a record beside its image and label."""
+        if self.label_key is not None or not isinstance(record, Mapping):
+            return None
+        if self.fields is not None:
+            return self.fields(record)
+        return {k: v for k, v in record.items() if k not in self.image_keys}
 
     def _decode(self, record: Any) -> tuple[torch.Tensor, Any, int]:
         """``(image, its own transform or None, label)`` of a record (see
         :meth:`~datamodules.imaging.scaled.ImageDecoder.bytes`)."""
         if not isinstance(record, Mapping):
-            raise _Bad(f"is a {type(record).__name__}, not a dict with an image field")
+            raise BadRecord(f"is a {type(record).__name__}, not a dict with an image field")
         label = self._label(record) if self.label_key is not None else -1
         key, value = next(
             ((k, record[k]) for k in self.image_keys if record.get(k) is not None), (None, None)
@@ -161,43 +196,49 @@ class ImageRecordCollate:
         if key is None:
             fields = sorted(k for k in record if not k.startswith("__"))
             wanted = ";".join(self.image_keys)
-            raise _Bad(f"has no image field {wanted!r} (image_key); its fields: {fields}")
+            raise BadRecord(f"has no image field {wanted!r} (image_key); its fields: {fields}")
         try:
             if isinstance(value, Mapping):  # Hugging Face's Image struct
                 data, path = value.get("bytes"), value.get("path")
                 if data is None:
                     if not path or not os.path.isfile(path):
-                        raise _Bad(f"field {key!r} holds no bytes and no readable path ({path!r})")
+                        raise BadRecord(
+                            f"field {key!r} holds no bytes and no readable path ({path!r})"
+                        )
                     return (*self.decoder.file(path), label)
                 value = data
             if not isinstance(value, (bytes, bytearray, memoryview)):
-                raise _Bad(f"field {key!r} holds a {type(value).__name__}, not encoded image bytes")
+                raise BadRecord(
+                    f"field {key!r} holds a {type(value).__name__}, not encoded image bytes"
+                )
             image, own = self.decoder.bytes(value)  # errors name the record below
         except ImageDecodeError as error:
-            raise _Bad(f"field {key!r}: {error.reason}") from error
+            raise BadRecord(f"field {key!r}: {error.reason}") from error
         return image, own, label
 
     def _label(self, record: Mapping[str, Any]) -> int:
         if self.label_key not in record:
             fields = sorted(k for k in record if not k.startswith("__"))
-            raise _Bad(f"has no label field {self.label_key!r} (label_key); its fields: {fields}")
+            raise BadRecord(
+                f"has no label field {self.label_key!r} (label_key); its fields: {fields}"
+            )
         value = record[self.label_key]
         if isinstance(value, str):
             if self.class_to_idx is None:
-                raise _Bad(
+                raise BadRecord(
                     f"label {value!r} is a string: give classes=[...] to map names to indices"
                 )
             index = self.class_to_idx.get(value)
             if index is None:
                 shown = ", ".join(repr(c) for c in self.classes[:10])
                 more = f" and {len(self.classes) - 10} more" if len(self.classes) > 10 else ""
-                raise _Bad(f"label {value!r} is not one of classes ({shown}{more})")
+                raise BadRecord(f"label {value!r} is not one of classes ({shown}{more})")
             return index
         if not is_int(value):
-            raise _Bad(f"label {value!r} is a {type(value).__name__}: use ints or strings")
+            raise BadRecord(f"label {value!r} is a {type(value).__name__}: use ints or strings")
         if value < 0 or (self.classes is not None and value >= len(self.classes)):
             top = "" if self.classes is None else f", < {len(self.classes)} (len(classes))"
-            raise _Bad(f"label {value} is out of range (labels are >= 0{top})")
+            raise BadRecord(f"label {value} is out of range (labels are >= 0{top})")
         return value
 
     def _bad(self, record: Any, reason: str) -> None:

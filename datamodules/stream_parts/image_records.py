@@ -1,6 +1,7 @@
-"""Image records on the fast image path: what ``StreamingDataModule(image_key=...)`` adds.
+"""Image records on the fast image path: what ``StreamingDataModule(image_key=...)`` adds, and
+the images of :class:`~datamodules.ImageTextDataModule`.
 
-:class:`StreamImages` is mixed into :class:`~datamodules.StreamingDataModule`. With
+:class:`ImageRecords` is a part both DataModules hold, with its own state. With
 ``image_key`` set, each record's encoded image is decoded, transformed and written into a
 uint8 batch in the workers (:class:`~datamodules.stream_parts.image_batches.ImageRecordCollate`),
 exactly as :class:`~datamodules.ImageFolderDataModule` does with files: the same decoder, the
@@ -12,7 +13,7 @@ this as decode work, local or remote. ``transform=`` still acts on the records, 
 decoding.
 
 This module also checks the image arguments (:func:`check_image_records`) and gives
-``num_classes`` / ``classes`` and the images' lines of the summary.
+``num_classes`` and the images' lines of the summary.
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ from datamodules.shards.parquet import read_parquet
 from datamodules.shards.tar import read_tar
 from datamodules.stream_parts.image_batches import ImageRecordCollate, TaggedReader
 
-__all__ = ["IMAGE_SHUFFLE_BUFFER", "RECORD_SHUFFLE_BUFFER", "StreamImages", "check_image_records"]
+__all__ = [
+    "IMAGE_SHUFFLE_BUFFER",
+    "RECORD_SHUFFLE_BUFFER",
+    "ImageRecords",
+    "check_image_arguments",
+    "check_image_records",
+]
 
 #: ``shuffle_buffer=None`` for plain records: they are small.
 RECORD_SHUFFLE_BUFFER = 10_000
@@ -115,86 +122,76 @@ def check_image_records(
     return keys, names
 
 
-class StreamImages(NormalizeOnDevice):
-    """The image records of :class:`~datamodules.StreamingDataModule` (a mixin)."""
+class ImageRecords(NormalizeOnDevice):
+    """The image path of a stream's records (a part the stream DataModules hold).
 
-    image_key: str | None
-    on_error: str
-    _skips: Skipped
+    Args:
+        image_keys: The image field's names, tried in order.
+        label_key: The label field (None: dict batches of ``"image"`` and other fields).
+        class_names: Class names for string labels (None: int labels).
+        image_size: What the default transforms produce.
+        mean: Per-channel mean for the device normalisation.
+        std: Per-channel standard deviation.
+        normalize: Subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
+        decode: ``"scaled"`` or ``"full"`` (:mod:`datamodules.imaging.scaled`).
+        on_error: ``"raise"`` or ``"skip"`` bad records.
+    """
 
-    def _init_images(
-        self, image_key: Any, label_key: Any, classes: Any, image_size: Any, normalize: Any,
-        mean: Any, std: Any, collate: Any, decode: Any = "scaled",
+    def __init__(
+        self, image_keys: tuple[str, ...], label_key: str | None, class_names: list[str] | None,
+        image_size: Any, mean: Any, std: Any, normalize: bool, decode: str, on_error: str,
     ) -> None:  # fmt: skip
-        keys, names = check_image_records(
-            image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
-        )
-        self.decode = decode
-        self.image_key, self.image_keys = image_key, keys
-        self.label_key = label_key if keys else None
-        self._class_names = names
-        self._num_classes: int | None = None
+        self.image_keys, self.label_key, self.class_names = image_keys, label_key, class_names
         # A list from a config becomes a pair again; mean and std tuples of floats.
         self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
-        self.normalize = normalize
-        self._image_skips: SkipChannel | None = None
+        self.normalize, self.decode, self.on_error = normalize, decode, on_error
+        self.skips: SkipChannel | None = None
         self._warned_epoch: int | None = None
-        if keys:
-            if self.train_transforms is None:
-                self.train_transforms = default_train_transforms(image_size)
-            if self.eval_transforms is None:
-                self.eval_transforms = default_eval_transforms(image_size)
+        self._num_classes: int | None = None
+
+    def default_transforms(self, train: Any, eval: Any) -> tuple[Any, Any]:
+        """``(train, eval)`` transforms: those given, else the image kinds' defaults
+        (RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate)."""
+        if train is None:
+            train = default_train_transforms(self.image_size)
+        if eval is None:
+            eval = default_eval_transforms(self.image_size)
+        return train, eval
 
     # ------------------------------------------------------------------ the stream's parts
-    def stream_parts(self, split: str, reader: Any) -> tuple[Any, Any, Callable[[list], Any]]:
-        """``(reader, transform, collate)`` of a split's stream: as given for plain records;
-        for image records the record ``transform`` alone and the image collate."""
-        if not self.image_keys:
-            return reader, self.transform_for(split), self._collate_fn()
-        if self.on_error == "skip" and self._image_skips is None:
-            self._image_skips = SkipChannel()
-        collate = ImageRecordCollate(
-            self.image_keys,
-            self.label_key,
-            self._class_names,
-            self.train_transforms if split == "train" else self.eval_transforms,
-            self.on_error,
-            self._image_skips,
-            self.decode,
-        )
-        return (None if reader is None else TaggedReader(reader)), self.transform, collate
+    def collate(self, transform: Any, fields: Any = None) -> ImageRecordCollate:
+        """The collate of a split's image records (``transform``: the split's, on uint8
+        ``(3, H, W)``; ``fields``: what else a batch holds, see
+        :class:`~datamodules.stream_parts.image_batches.ImageRecordCollate`)."""
+        if self.on_error == "skip" and self.skips is None:
+            self.skips = SkipChannel()
+        return ImageRecordCollate(
+            self.image_keys, self.label_key, self.class_names, transform, self.on_error,
+            self.skips, self.decode, fields,
+        )  # fmt: skip
 
-    def _drain_image_skips(self) -> Skipped:
-        """``dm.skipped`` with the image records the workers left out so far added to it."""
-        channel = getattr(self, "_image_skips", None)
-        if channel is not None and channel.has_new():
-            channel.receive(self._skips)
-        return self._skips
+    @staticmethod
+    def reader(reader: Any) -> Any:
+        """The split's reader, tagging each record with its shard (for messages)."""
+        return None if reader is None else TaggedReader(reader)
+
+    def drain(self, skipped: Skipped) -> Skipped:
+        """``skipped`` with the image records the workers left out so far added to it."""
+        if self.skips is not None and self.skips.has_new():
+            self.skips.receive(skipped)
+        return skipped
 
     # ------------------------------------------------------------------ classes
-    @property
-    def classes(self) -> list[str]:
-        """Class names: ``classes=`` as given, else ``"0"``, ``"1"``, ... for int labels."""
-        if self._class_names is not None:
-            return list(self._class_names)
-        return [str(i) for i in range(self.num_classes)]
-
-    @property
-    def num_classes(self) -> int:
-        """``len(classes)``, else the largest int label of the splits + 1 (read once: only the
-        label field of each shard)."""
-        if not self.image_keys or self.label_key is None:
-            raise AttributeError(
-                f"{type(self).__name__} has classes only with image_key= and label_key=."
-            )
-        if self._class_names is not None:
-            return len(self._class_names)
+    def num_classes(self, shards: dict[str, Any], labels_of: Callable[[Any], Any]) -> int:
+        """``len(class_names)``, else the largest int label of the ``shards`` (per split) + 1,
+        read once (``labels_of(shard)``: the labels of one shard)."""
+        if self.class_names is not None:
+            return len(self.class_names)
         if self._num_classes is None:
-            self.setup()
             top = -1
             for split in ("train", "val", "test"):
-                for shard in self.shards.get(split) or []:
-                    for label in self._labels_of(shard):
+                for shard in shards.get(split) or []:
+                    for label in labels_of(shard):
                         if isinstance(label, str):
                             raise ValueError(
                                 f"{shard.path}: label {label!r} is a string: give classes=[...]"
@@ -205,60 +202,61 @@ class StreamImages(NormalizeOnDevice):
             self._num_classes = top + 1
         return self._num_classes
 
-    def _labels_of(self, shard: Any) -> Any:
+    def labels_of(self, shard: Any, remote: Any, read_shard: Callable[[str], Any]) -> Any:
+        """The label field of one shard's records (tar and Parquet: that field alone)."""
         key = self.label_key
         if shard.fmt == "tar":
             records = read_tar(shard.path, shard.compression, self.on_error, index=shard,
-                               options=self.remote, fields=lambda ext: ext == key)  # fmt: skip
+                               options=remote, fields=lambda ext: ext == key)  # fmt: skip
         elif shard.fmt == "parquet":
-            records = read_parquet(shard.path, 0, None, [key], self.remote)
+            records = read_parquet(shard.path, 0, None, [key], remote)
         else:
-            records = self.read_shard(shard.path)
+            records = read_shard(shard.path)
         return (r.get(key) for r in records if isinstance(r, dict))
 
     # ------------------------------------------------------------------ device side
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Image records: uint8 images to float in [0, 1], normalised, on the device."""
-        if not getattr(self, "image_keys", ()):
-            return batch
-        self._report_image_skips()
-        return super().on_after_batch_transfer(batch, dataloader_idx)
+    def on_device(self, dm: Any, batch: Any, dataloader_idx: int) -> Any:
+        """A batch on the device: what the workers left out reported to ``dm.skipped``, the
+        images to float in [0, 1], normalised (:class:`NormalizeOnDevice`)."""
+        trainer = dm._trainer()
+        epoch = None if trainer is None else int(trainer.current_epoch)
+        self.report(dm._skips, type(dm).__name__, epoch)
+        return self.on_after_batch_transfer(batch, dataloader_idx)
 
-    def _report_image_skips(self) -> None:
+    def report(self, skipped: Skipped, owner: str, epoch: int | None) -> None:
         """Warns (once per epoch) when the workers left image records out."""
-        channel = self._image_skips
+        channel = self.skips
         if channel is None or not channel.has_new():
             return
-        before = self._skips.total
-        skipped = self._drain_image_skips()
-        trainer = self._trainer()
-        epoch = None if trainer is None else int(trainer.current_epoch)
+        before = skipped.total
+        self.drain(skipped)
         if epoch is not None and epoch == self._warned_epoch:
             return
         self._warned_epoch = epoch
         shown = skipped.messages[-1] if skipped.messages else ""
         warnings.warn(
-            f"{type(self).__name__} left out {skipped.total - before} bad image record(s) "
+            f"{owner} left out {skipped.total - before} bad image record(s) "
             f"(on_error='skip'), {skipped.total} so far, e.g. {shown}. All of them: dm.skipped.",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
 
-    def extra_summary(self) -> list[str]:
-        """The summary's lines about image records (none without ``image_key``)."""
-        if not self.image_keys:
-            return []
-        if self.label_key is None:
+    def lines(self, image_key: str, train: Any, eval: Any, labels: str | None = None) -> list[str]:
+        """The summary's lines about image records (``train`` / ``eval``: the transforms;
+        ``labels``: what the batches hold beside the images, None: from ``label_key``)."""
+        if labels is not None:
+            pass
+        elif self.label_key is None:
             labels = "no labels: dict batches of 'image' and the other fields"
-        elif self._class_names is not None:
-            labels = f"labels {self.label_key!r} through {len(self._class_names)} classes"
+        elif self.class_names is not None:
+            labels = f"labels {self.label_key!r} through {len(self.class_names)} classes"
         else:
             labels = f"labels {self.label_key!r} (int)"
         scaled = "float, normalised" if self.normalize else "float in [0, 1]"
         return [
-            f"  images: {self.image_key!r}, {labels}; uint8 "
+            f"  images: {image_key!r}, {labels}; uint8 "
             f"{'x'.join(map(str, as_height_width(self.image_size)))} out of the loader, {scaled} "
             "on the device",
-            f"  transforms: train {self.train_transforms!r}; eval {self.eval_transforms!r}",
-            decoding_summary(self.decode, self.train_transforms, self.eval_transforms),
+            f"  transforms: train {train!r}; eval {eval!r}",
+            decoding_summary(self.decode, train, eval),
         ]

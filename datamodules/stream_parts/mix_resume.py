@@ -1,8 +1,8 @@
 """A stream's train mix continued from a checkpoint, possibly changed since.
 
-:class:`StreamMixResume` is mixed into :class:`~datamodules.StreamingDataModule`. When
-``load_state_dict`` meets a checkpoint of a mixed train split (its stream position holds the
-saved epoch's mix), the DataModule:
+:class:`MixResume` is a part of :class:`~datamodules.stream_parts.splits.ShardSplits`. When a
+stream DataModule's ``load_state_dict`` meets a checkpoint of a mixed train split (its stream
+position holds the saved epoch's mix), the DataModule:
 
 * checks every source that kept its name against its shards in the checkpoint (other paths or
   record counts raise, naming the source and what changed);
@@ -18,68 +18,82 @@ saved epoch's mix), the DataModule:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datamodules.core.context import log
 from datamodules.core.mixture import Mixture, Source, resume_message
 from datamodules.shards.dataset_index import ShardTable
 from datamodules.stream_engine.mixed import interrupted
-from datamodules.stream_parts.splits import SplitSource
 
-__all__ = ["StreamMixResume"]
+if TYPE_CHECKING:
+    from datamodules.stream_parts.splits import ShardSplits
+
+__all__ = ["MixResume"]
 
 
-class StreamMixResume:
-    """Continuing a checkpoint's train mix (a mixin; see the module docstring)."""
+class MixResume:
+    """How a checkpoint's train mix continues (a part of
+    :class:`~datamodules.stream_parts.splits.ShardSplits`; see the module docstring).
 
-    shards: dict[str, ShardTable]
-    mixes: dict[str, list[SplitSource]]
-    mixtures: dict[str, Mixture]
-    _mix_resume: tuple[dict[str, Any], bool] | None
-    _resumed_mixture: Mixture | None
+    Attributes:
+        pending: The checkpoint's mix and whether it interrupted an epoch, until the train
+            split is indexed.
+        resumed: The mix continued from the checkpoint (None: the run's own mix).
+        rank: This process's rank (rank 0 says what changed).
+    """
 
-    def _resume_mix(self, stream_state: dict[str, Any]) -> None:
+    def __init__(self) -> None:
+        self.pending: tuple[dict[str, Any], bool] | None = None
+        self.resumed: Mixture | None = None
+        self.rank = 0
+
+    def keep(self, splits: ShardSplits, stream_state: dict[str, Any], rank: int) -> None:
         """Keeps the checkpoint's mix, applied now if the train split is indexed, else when
         it is."""
-        self._mix_resume = (stream_state["mix"], interrupted(stream_state))
-        if "train" in self.shards:
-            self._apply_mix_resume()
+        self.pending, self.rank = (stream_state["mix"], interrupted(stream_state)), rank
+        if "train" in splits.shards:
+            self.apply(splits)
 
-    def _apply_mix_resume(self) -> None:
-        assert self._mix_resume is not None
-        saved, cut = self._mix_resume
-        self._mix_resume = None
-        names = {m.source.label for m in self.mixes["train"]}
+    def apply(self, splits: ShardSplits) -> None:
+        """Continues the kept mix over the indexed train split (nothing kept: nothing done)."""
+        if self.pending is None:
+            return
+        saved, cut = self.pending
+        self.pending = None
+        names = {m.source.label for m in splits.mixes["train"]}
         owing = [s for s in saved["sources"] if cut and s["quota"] and s["name"] not in names]
         if owing:
-            self._add_hidden(owing, int(saved["epoch"]))
-        base = self.mixtures["train"]
+            _add_hidden(splits, owing, int(saved["epoch"]))
+        base = splits.mixtures["train"]
         resumed = base.resumed(saved, cut)  # raises if a source holds other shards
-        self._resumed_mixture = resumed
+        self.resumed = resumed
         changes = base.changes(saved)
-        if changes and self._rank_world()[0] == 0:
-            log.info(resume_message(type(self).__name__, changes, int(saved["epoch"]), cut))
+        if changes and self.rank == 0:
+            log.info(resume_message(splits.owner, changes, int(saved["epoch"]), cut))
 
-    def _add_hidden(self, owing: list[dict[str, Any]], epoch: int) -> None:
-        """Indexes sources removed since the checkpoint that still owe records to the epoch it
-        interrupted."""
-        for s in owing:
-            name, listing = s["name"], s.get("listing") or []
-            paths = [str(item[0]) for item in listing]
-            try:
-                found = self._index_paths(paths, f"train_files (source {name!r})")
-            except (OSError, ValueError) as err:
-                raise ValueError(
-                    f"cannot end epoch {epoch} as it was planned: source {name!r}, no longer in "
-                    f"train_files, still owes it {s['quota']} record(s), but its shards cannot "
-                    f"be read ({err}). Keep its files, or resume from a checkpoint taken at the "
-                    "end of an epoch."
-                ) from err
-            shards = self.shards["train"]
-            first = len(shards)
-            self.shards["train"] = ShardTable.join([shards, ShardTable.of(found)])
-            records = sum(f.count for f in found)
-            own = tuple(range(first, first + len(found)))
-            source = Source(paths, name=name)
-            self.mixes["train"].append(SplitSource(source, own, records, hidden=True))
-        self._set_mixture("train")
+
+def _add_hidden(splits: ShardSplits, owing: list[dict[str, Any]], epoch: int) -> None:
+    """Indexes sources removed since the checkpoint that still owe records to the epoch it
+    interrupted."""
+    from datamodules.stream_parts.splits import SplitSource  # (it holds a MixResume)
+
+    for s in owing:
+        name, listing = s["name"], s.get("listing") or []
+        paths = [str(item[0]) for item in listing]
+        try:
+            found = splits.index_paths(paths, f"train_files (source {name!r})")
+        except (OSError, ValueError) as err:
+            raise ValueError(
+                f"cannot end epoch {epoch} as it was planned: source {name!r}, no longer in "
+                f"train_files, still owes it {s['quota']} record(s), but its shards cannot "
+                f"be read ({err}). Keep its files, or resume from a checkpoint taken at the "
+                "end of an epoch."
+            ) from err
+        shards = splits.shards["train"]
+        first = len(shards)
+        splits.shards["train"] = ShardTable.join([shards, ShardTable.of(found)])
+        records = sum(f.count for f in found)
+        own = tuple(range(first, first + len(found)))
+        source = Source(paths, name=name)
+        splits.mixes["train"].append(SplitSource(source, own, records, hidden=True))
+    splits._set_mixture("train")

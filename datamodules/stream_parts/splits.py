@@ -1,6 +1,8 @@
 """A stream's splits: listing and indexing their shards, plain or as weighted sources.
 
-:class:`StreamSplits` is mixed into :class:`~datamodules.StreamingDataModule`. ``setup`` lists
+:class:`ShardSplits` is a part that the stream DataModules
+(:class:`~datamodules.StreamingDataModule`, :class:`~datamodules.ImageTextDataModule`) hold, with
+its own state. ``setup`` lists
 each split's shards (globs, directories, URLs; ``storage_options`` reach fsspec) and indexes
 them once (record counts and seek offsets, cached on disk). A dataset index file
 (``*.index.json``, :mod:`~datamodules.shards.dataset_index`) among them gives its shards'
@@ -9,8 +11,9 @@ the Trainer calls it on every rank: each shard is scanned by one rank and the re
 (:mod:`~datamodules.shards.shared_indexing`), and a remote index file is fetched once per node.
 A split given as a list of :class:`~datamodules.Source` (each source's files may be shards,
 globs or dataset index files) keeps, beside its flat shard list, each source's shards
-(:attr:`StreamSplits.mixes`) and its :class:`~datamodules.core.mixture.Mixture`: the records
-each source gives per epoch (:meth:`StreamSplits.quotas`).
+(:attr:`ShardSplits.mixes`) and its :class:`~datamodules.core.mixture.Mixture`: the records
+each source gives per epoch (:meth:`ShardSplits.quotas`). A checkpoint's mix is continued by
+:mod:`~datamodules.stream_parts.mix_resume`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
@@ -27,6 +31,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from datamodules.core.mixture import MixEntry, Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.remote.listing import expand_files as list_files
+from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.dataset_index import ShardTable, is_index_spec, parse_dataset_index
 from datamodules.shards.formats import expand_files
 from datamodules.shards.index import ShardIndex, index_shards
@@ -37,8 +42,9 @@ from datamodules.shards.shared_indexing import (
     read_index_file,
 )
 from datamodules.stream_engine.mixing import StreamSource
+from datamodules.stream_parts.mix_resume import MixResume
 
-__all__ = ["SPLITS", "STAGE_SPLITS", "SplitSource", "StreamSplits"]
+__all__ = ["SPLITS", "STAGE_SPLITS", "ShardSplits", "SplitSource", "SplitsFingerprint"]
 
 SPLITS = ("train", "val", "test")
 STAGE_SPLITS = {
@@ -82,16 +88,53 @@ def _paths(part: Any) -> list[str]:
     return part.paths if isinstance(part, ShardTable) else part
 
 
-class StreamSplits:
-    """Listing and indexing the splits of a :class:`~datamodules.StreamingDataModule` (a mixin)."""
+class ShardSplits:
+    """The splits of a stream: their files, shards, sources and mixtures (a part the stream
+    DataModules hold).
 
-    files: dict[str, Any]
-    shards: dict[str, ShardTable]
-    mixes: dict[str, list[SplitSource]]
-    mixtures: dict[str, Mixture]
-    skipped: Skipped
-    #: True while ``setup(stage)`` runs: indexing may then be shared by the ranks.
-    _collective = False
+    Args:
+        owner: The DataModule's name, for messages.
+        files: Per split, the checked ``*_files`` (a list of paths, of Sources, or None).
+        remote: The remote read options.
+        fmt: Force the format of every shard (None: from the extension).
+        on_error: ``"raise"`` or ``"skip"`` bad records and unreadable shards.
+        columns: Parquet only: the columns to read (None: all).
+        index_cache: Where shard indexes are cached (see :mod:`datamodules.shards.index`).
+        epoch_size: With weighted train Sources: records per epoch over all ranks.
+        skipped: Where shards and records left out while indexing are counted.
+        count_records: ``path -> records`` of a custom reader (None: the built-in formats).
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        files: dict[str, Any],
+        *,
+        remote: RemoteOptions,
+        fmt: str | None,
+        on_error: str,
+        columns: list[str] | None,
+        index_cache: Any,
+        epoch_size: int | None,
+        skipped: Skipped,
+        count_records: Callable[[str], int] | None = None,
+    ) -> None:
+        self.owner, self.files, self.remote = owner, files, remote
+        self.fmt, self.on_error, self.columns = fmt, on_error, columns
+        self.index_cache, self.epoch_size, self.skipped = index_cache, epoch_size, skipped
+        self.count_records = count_records
+        #: Shard indexes per split, once indexed (``setup``); an empty table: no such split.
+        self.shards: dict[str, ShardTable] = {}
+        #: Per mixed split, its sources once indexed (shards, records).
+        self.mixes: dict[str, list[SplitSource]] = {}
+        #: Per mixed split, its records per source and epoch (see :meth:`quotas`).
+        self.mixtures: dict[str, Mixture] = {}
+        #: How a checkpoint's train mix continues (:mod:`~datamodules.stream_parts.mix_resume`).
+        self.mix_resume = MixResume()
+        #: True while ``setup(stage)`` runs: indexing may then be shared by the ranks.
+        self._collective = False
+        self._fingerprint_due = False
+        self._fingerprint: str | None = None
 
     def setup(self, stage: str | None = None) -> None:
         """Lists and indexes the shards of the splits ``stage`` needs (every split for None).
@@ -106,8 +149,6 @@ class StreamSplits:
             ValueError: A ``*_files`` argument matches nothing, the train shards hold no
                 records, or (``on_error="raise"``) a shard cannot be read or a CSV row is bad.
         """
-        if self.dataset_factory is not None:
-            return
         splits = STAGE_SPLITS.get(stage or "", SPLITS)
         if stage is None or process_group() is None:
             for split in splits:
@@ -163,7 +204,7 @@ class StreamSplits:
                     index = part[k]
                     self.skipped.add(index.path, index.skipped, index.problems, index.error)
             else:
-                tables.append(ShardTable.of(self._index_paths(part, name)))
+                tables.append(ShardTable.of(self.index_paths(part, name)))
         shards = ShardTable.join(tables)
         if len(tables) > 1 and len(set(shards.paths)) != len(shards.paths):
             seen: set[str] = set()
@@ -172,11 +213,10 @@ class StreamSplits:
                              "read twice.")  # fmt: skip
         return shards
 
-    def _index_paths(self, paths: list[str], name: str) -> list[ShardIndex]:
-        if self._custom_reader():
-            return [
-                ShardIndex(p, "custom", None, self.on_error, self.count_records(p)) for p in paths
-            ]
+    def index_paths(self, paths: list[str], name: str) -> list[ShardIndex]:
+        if self.count_records is not None:
+            count = self.count_records
+            return [ShardIndex(p, "custom", None, self.on_error, count(p)) for p in paths]
         counter = Skipped()
         if self._collective and process_group() is not None:  # one rank scans each shard
             shards = index_shards_shared(
@@ -189,7 +229,7 @@ class StreamSplits:
         if counter.counts or counter.unreadable:
             for index in shards:
                 self.skipped.add(index.path, index.skipped, index.problems, index.error)
-            rank_zero_warn(f"{type(self).__name__} {name}: {counter.summary()}")
+            rank_zero_warn(f"{self.owner} {name}: {counter.summary()}")
         return shards
 
     def _index(self, split: str) -> ShardTable:
@@ -226,14 +266,13 @@ class StreamSplits:
         if split in self.mixes:
             self._set_mixture(split)
         if split == "train":
-            self.__dict__["_fingerprint_due"] = True  # (see fingerprint)
-            if self._mix_resume is not None:
-                self._apply_mix_resume()
+            self._fingerprint_due = True  # (see fingerprint)
+            self.mix_resume.apply(self)
         return shards
 
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
         """Refuses ``columns=`` that a Parquet shard of the split lacks, naming its columns."""
-        wanted = getattr(self, "columns", None)
+        wanted = self.columns
         if not wanted:
             return
         for shard in shards:
@@ -261,14 +300,14 @@ class StreamSplits:
         entries = [m.entry(self.shards[split], train) for m in self.mixes[split]]
         self.mixtures[split] = Mixture(entries, self.epoch_size if train else None)
         if train:
-            self._resumed_mixture = None
+            self.mix_resume.resumed = None
 
     def mixture(self, split: str) -> Mixture | None:
         """The :class:`~datamodules.core.mixture.Mixture` of a split of Sources (None for
         plain files): for ``"train"`` after a resume, the checkpoint's mix continued."""
         self._index(split)
-        if split == "train" and self._resumed_mixture is not None:
-            return self._resumed_mixture
+        if split == "train" and self.mix_resume.resumed is not None:
+            return self.mix_resume.resumed
         return self.mixtures.get(split)
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
@@ -299,15 +338,10 @@ class StreamSplits:
         """What the train split is: its shards, their record counts and the sources' quotas
         (a checkpoint holds it; a resume over other data is refused). Worked out when first
         asked, not in ``setup``: over a million shards it takes a second."""
-        state = self.__dict__
-        if state.get("_fingerprint_due"):
-            state["_fingerprint_due"] = False
-            state["_fingerprint"] = self._train_fingerprint()
-        return state.get("_fingerprint")
-
-    @fingerprint.setter
-    def fingerprint(self, value: str | None) -> None:
-        self.__dict__.update(_fingerprint_due=False, _fingerprint=value)
+        if self._fingerprint_due:
+            self._fingerprint_due = False
+            self._fingerprint = self._train_fingerprint()
+        return self._fingerprint
 
     def _train_fingerprint(self) -> str | None:
         shards = self.shards.get("train")
@@ -326,26 +360,33 @@ class StreamSplits:
         pairs = map("[{}, {}]".format, map(encode_basestring_ascii, shards.paths), shards.counts)
         return hashlib.sha1(("[" + ", ".join(pairs) + "]").encode()).hexdigest()[:16]
 
-    def _current_epoch(self) -> int:
-        stream = getattr(self, "_train_stream", None)
-        if stream is not None:
-            return int(stream.epoch)
-        trainer = self._trainer()
-        return 0 if trainer is None else int(trainer.current_epoch)
-
-    def split_size(self, split: str) -> int:
+    def split_size(self, split: str, epoch: int = 0) -> int:
         """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
-        shards' records, or for mixed sources the sum of their quotas (train: in the current
-        epoch); indexes it."""
-        if self.dataset_factory is not None:
-            raise TypeError("the size of a dataset_factory split is not known in advance.")
+        shards' records, or for mixed sources the sum of their quotas (train: in ``epoch``);
+        indexes it."""
         shards = self._index(split)
         mixture = self.mixture(split)
         if mixture is None:
             return sum(shards.counts)
-        return mixture.total(self._current_epoch() if split == "train" else 0)
+        return mixture.total(epoch if split == "train" else 0)
 
-    def _has(self, split: str) -> bool:
-        if self.dataset_factory is not None:
-            return True  # the factory says (None: no such split) when the loader is built
-        return self.split_size(split) > 0
+    def mixes_train(self) -> bool:
+        """Whether ``train_files`` is a list of Sources."""
+        given = self.files.get("train")
+        return bool(given) and not isinstance(given[0], str)
+
+
+class SplitsFingerprint:
+    """A stream DataModule's ``fingerprint``: its :class:`ShardSplits`' (``dm.stream_splits``),
+    what the train split is (its shards, their record counts and the sources' quotas; a
+    checkpoint holds it and a resume over other data is refused). Setting it does nothing
+    (:class:`~datamodules.BaseDataModule` sets None before the splits exist)."""
+
+    def __get__(self, dm: Any, owner: type | None = None) -> Any:
+        if dm is None:
+            return self
+        splits = dm.__dict__.get("stream_splits")
+        return None if splits is None else splits.fingerprint
+
+    def __set__(self, dm: Any, value: Any) -> None:
+        pass

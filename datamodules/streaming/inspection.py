@@ -140,7 +140,7 @@ class StreamInspection:
                 f"good (retries={self.remote.retries}, timeout={self.remote.timeout:g} s); "
                 f"cache {cache}; prefetch_shards={self.prefetch_shards}"
             )
-        stream = getattr(self, "_train_stream", None)
+        stream = self.stream_loaders.train_stream
         resumed = None if stream is None else stream.resumed()
         if resumed is not None:  # an epoch resumed on another layout
             epoch, layouts, repeats = resumed
