@@ -193,9 +193,16 @@ def test_a_list_of_captions_gives_one_per_epoch_and_all_over_the_epochs(tars: Pa
 
 
 def test_resume_mid_epoch_is_exact_and_keeps_the_captions(tars: Path, tmp_path: Path) -> None:
+    def plain_data(path: Path, epoch: int, done: int) -> None:
+        saved = torch.load(path, weights_only=True)  # no pickled objects: plain data
+        state = saved["ImageTextDataModule"]
+        assert state["split_sizes"]["train"] == PAIRS
+        assert saved["datamodule_hyper_parameters"]["text_key"] == "json.caption"
+
     assert_resume_mid_epoch_is_exact(
-        lambda: make(str(tars), text_key="json.caption", batch_size=6), text_ids, tmp_path
-    )
+        lambda: make(str(tars), text_key="json.caption", batch_size=6), text_ids, tmp_path,
+        check_checkpoint=plain_data,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- inputs
