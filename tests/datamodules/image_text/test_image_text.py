@@ -140,8 +140,9 @@ def eval_pairs(dm: ImageTextDataModule) -> list[dict[str, Any]]:
 
 def test_a_transformers_tokenizer_gives_its_own_ids_padded(tars: Path) -> None:
     _, fast = bpe()
-    dm = make(str(tars), val_files=str(tars), tokenizer=fast, max_length=5)
-    plain = make(str(tars), val_files=str(tars))
+    # In 2 workers (the tokenizer pickled to them); the same worker blocks in both loaders.
+    dm = make(str(tars), val_files=str(tars), tokenizer=fast, max_length=5, num_workers=2)
+    plain = make(str(tars), val_files=str(tars), num_workers=2)
     texts = [t for batch in eval_pairs(plain) for t in batch["text"]]
     batches = eval_pairs(dm)
     ids = torch.cat([b["input_ids"] for b in batches])
