@@ -334,6 +334,11 @@ class ImageTextDataModule(BaseDataModule):
         return self.image_records.on_device(self, batch, dataloader_idx)
 
     # ------------------------------------------------------------------ summary
+    def describe_data(self) -> list[str]:
+        """Per split: shards and pairs (for ``python -m datamodules inspect``)."""
+        self.setup()
+        return self.stream_splits.describe("pairs")
+
     def summary(self) -> str:
         """Shards, pairs and batches per split, loader settings with reasons, bad pairs."""
         lines = [type(self).__name__]

@@ -370,6 +370,16 @@ class ShardSplits:
             return sum(shards.counts)
         return mixture.total(epoch if split == "train" else 0)
 
+    def describe(self, what: str = "records") -> list[str]:
+        """Per split, its ``what`` (records, pairs) in its shards, as indexed (what
+        ``python -m datamodules inspect`` prints of a stream)."""
+        lines = ["data:"]
+        for split in SPLITS:
+            shards = self.shards.get(split) or []
+            n = sum(s.count for s in shards)
+            lines.append(f"  {split}: {n} {what} in {len(shards)} shard(s)")
+        return lines
+
     def mixes_train(self) -> bool:
         """Whether ``train_files`` is a list of Sources."""
         given = self.files.get("train")

@@ -82,12 +82,7 @@ class StreamInspection:
         """Per split: shards, records, and what was skipped (for ``python -m datamodules
         inspect``)."""
         self.setup()
-        lines = ["data:"]
-        for split in SPLITS:
-            shards = self.shards.get(split) or []
-            n = sum(s.count for s in shards)
-            lines.append(f"  {split}: {n} records in {len(shards)} shard(s)")
-        return lines
+        return self.stream_splits.describe()
 
     def summary(self) -> str:
         """Shards, records and batches per split, loader settings with reasons, bad records."""
