@@ -206,6 +206,31 @@ def test_resume_mid_epoch_is_exact_and_keeps_the_captions(tars: Path, tmp_path: 
     )  # fmt: skip
 
 
+def test_a_resume_on_another_worker_count_gives_the_rest_of_the_epoch(
+    tars: Path, tmp_path: Path
+) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    full = RecordingModel(text_ids)
+    every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1,
+                            filename="{epoch}-{step}")  # fmt: skip
+    quiet_trainer(max_epochs=1, enable_checkpointing=True, callbacks=[every]).fit(
+        full, datamodule=make(str(tars), text_key="json.caption", batch_size=6)
+    )
+    (seen,) = full.train_epochs()
+    resumed = RecordingModel(text_ids)
+    quiet_trainer(max_epochs=1).fit(
+        resumed, datamodule=make(str(tars), text_key="json.caption", batch_size=6, num_workers=2),
+        ckpt_path=tmp_path / "epoch=0-step=2.ckpt",
+    )  # fmt: skip
+    (rest,) = resumed.train_epochs()
+    assert len(rest) == len(seen) - 2  # (elastic: the rest re-split over 2 workers)
+    assert sorted(i for b in rest for i in b) == sorted(i for b in seen[2:] for i in b)
+
+
 # ---------------------------------------------------------------------- inputs
 def test_sources_mix_by_weight_and_http_and_dataset_indexes_read(
     tars: Path, tmp_path: Path
