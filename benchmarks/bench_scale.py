@@ -13,7 +13,7 @@ read from disk) and for map-style splits (``IndexBatchSampler``):
 At 10M stream records it also checks exactness over every new rank without building the
 records: the ranks' ranges are disjoint and contiguous, their union counts exactly the
 records not delivered, and the positions equal the exact remainder
-(``datamodules.streaming.engine.elastic.remainder``).
+(``datamodules.stream_engine.elastic.remainder``).
 
 Bars (issue "elastic resume at internet scale"): streams at 1B records, 4,096 x 8 -> 3,072 x 8,
 resume at most 5 s and 256 MB above a fresh start on every rank measured, state under 1 KB;
@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import datamodules.streaming.engine.stream as stream_module  # noqa: E402
+import datamodules.stream_engine.stream as stream_module  # noqa: E402
 from datamodules.core.elastic import Segment  # noqa: E402
 from datamodules.core.samplers import IndexBatchSampler  # noqa: E402
-from datamodules.streaming.engine.elastic import remainder  # noqa: E402
-from datamodules.streaming.engine.layout import Plan, worker_done  # noqa: E402
-from datamodules.streaming.engine.remainder import remaining_sequence  # noqa: E402
-from datamodules.streaming.engine.stream import ShardedStream  # noqa: E402
+from datamodules.stream_engine.elastic import remainder  # noqa: E402
+from datamodules.stream_engine.layout import Plan, worker_done  # noqa: E402
+from datamodules.stream_engine.remainder import remaining_sequence  # noqa: E402
+from datamodules.stream_engine.stream import ShardedStream  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)

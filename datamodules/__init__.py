@@ -17,6 +17,7 @@ __all__ = [
     "BaseDataModule",
     "DataWaitMonitor",
     "ImageFolderDataModule",
+    "ImageTextDataModule",
     "Source",
     "StreamingDataModule",
     "TensorDataModule",
@@ -28,6 +29,7 @@ _HOMES = {
     "BaseDataModule": "datamodules.core.base",
     "DataWaitMonitor": "datamodules.tools.monitor",
     "ImageFolderDataModule": "datamodules.images.datamodule",
+    "ImageTextDataModule": "datamodules.image_text.datamodule",
     "Source": "datamodules.core.sources",
     "StreamingDataModule": "datamodules.streaming.datamodule",
     "TensorDataModule": "datamodules.tensor",
@@ -37,6 +39,7 @@ _HOMES = {
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source
+    from datamodules.image_text.datamodule import ImageTextDataModule
     from datamodules.images.datamodule import ImageFolderDataModule
     from datamodules.streaming.datamodule import StreamingDataModule
     from datamodules.tensor import TensorDataModule

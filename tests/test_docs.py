@@ -182,6 +182,15 @@ def check_image_placeholders(run: Runner, tmp_path: Path, monkeypatch: pytest.Mo
     assert plan.image_efficiency == 9 / 12 and plan.token_efficiency == 3300 / (2 * 2 * 2048)
 
 
+def check_image_text(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the block writes pairs-*.tar here
+    namespace = run()
+    batch, dm = namespace["batch"], namespace["dm"]
+    assert batch["image"].shape == (4, 3, 16, 16) and batch["image"].dtype == torch.uint8
+    assert len(batch["text"]) == 4 and all("square" in t for t in batch["text"])
+    assert dm.split_size("train") == 12 and len(dm.shards["train"]) == 3
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -193,6 +202,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "collate-records": check_collate_records,
     "image-shards": check_image_shards,
     "image-placeholders": check_image_placeholders,
+    "image-text": check_image_text,
 }
 
 

@@ -8,13 +8,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming")
+KINDS = ("tensor", "images", "text", "streaming", "image_text")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
 #: only through it). Each maps to the layers it may import, besides core and collates: the
 #: shard layer sits on remote reads and imaging, which sit on core alone.
-LAYERS = {"remote": (), "imaging": (), "shards": ("remote", "imaging")}
+#: The stream engine (exactly once, resumable, elastic, mixed) sits on the shard layer; the
+#: stream parts (splits, loaders, image records: what the stream DataModules compose) on it.
+LAYERS = {
+    "remote": (),
+    "imaging": (),
+    "tokenizing": (),
+    "shards": ("remote", "imaging"),
+    "stream_engine": ("remote", "imaging", "shards"),
+    "stream_parts": ("remote", "imaging", "shards", "stream_engine"),
+}
 SHARED = tuple(LAYERS)
 #: Modules of the shard layer that parse a file format: nothing outside it may parse one.
 PARSERS = ("csv", "json", "orjson", "tarfile", "pyarrow.parquet", "pyarrow.json")
@@ -147,14 +156,19 @@ def parsers_imported(path: Path) -> set[str]:
 OWN_JSON = {
     "datamodules.text.store",
     "datamodules.text.vocab",
-    "datamodules.streaming.splits",
-    "datamodules.streaming.engine.position",
+    "datamodules.stream_parts.splits",
+    "datamodules.stream_engine.position",
 }
 
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in MODULES if area(module_name(p)) in ("text", "streaming")],
+    [
+        p
+        for p in MODULES
+        if area(module_name(p))
+        in ("text", "streaming", "image_text", "stream_engine", "stream_parts", "tokenizing")
+    ],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_data_kinds_read_files_only_through_the_shard_layer(path: Path) -> None:

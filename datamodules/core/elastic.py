@@ -48,7 +48,7 @@ class Segment(NamedTuple):
     An epoch that a checkpoint interrupts and a resume continues on another layout is
     delivered in segments: the first on the layout that started it, then one per resume on
     another layout. Every resume, map-style (:class:`~datamodules.core.samplers.IndexBatchSampler`
-    and its subclasses) or stream (:mod:`~datamodules.streaming.engine.elastic`), recomputes
+    and its subclasses) or stream (:mod:`~datamodules.stream_engine.elastic`), recomputes
     from its segments alone which samples (records) the epoch delivered, and deals the rest
     out on its own layout. A NamedTuple: compared by value (is this the layout the
     checkpoint was saved on?) and hashable (a stream keys its plan cache by its segments).

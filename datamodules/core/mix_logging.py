@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MixLogging", "log_quotas"]
+__all__ = ["MixLogging", "log_epoch_mix", "log_quotas"]
 
 
 def log_quotas(trainer: Any, quotas: dict[str, int]) -> None:
@@ -20,6 +20,19 @@ def log_quotas(trainer: Any, quotas: dict[str, int]) -> None:
     metrics = {f"mix/{name}": float(q) for name, q in quotas.items()}
     for logger in getattr(trainer, "loggers", ()):
         logger.log_metrics(metrics, step=int(trainer.global_step))
+
+
+def log_epoch_mix(trainer: Any, logged: int | None, dm: Any) -> int | None:
+    """Logs ``dm``'s quotas of the Trainer's epoch at its first train batch (``logged``: the
+    epoch logged last); returns the epoch logged last now. The DataModule provides
+    ``mixture(split)`` and ``quotas(epoch)``."""
+    if trainer is not None and trainer.training:
+        epoch = int(trainer.current_epoch)
+        if logged != epoch:
+            logged = epoch
+            if dm.mixture("train") is not None:
+                log_quotas(trainer, dm.quotas(epoch))
+    return logged
 
 
 class MixLogging:
@@ -31,10 +44,5 @@ class MixLogging:
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Logs the epoch's quotas at its first train batch, then hands the batch on."""
         trainer = self._trainer()  # type: ignore[attr-defined]
-        if trainer is not None and trainer.training:
-            epoch = int(trainer.current_epoch)
-            if self._mix_logged != epoch:
-                self._mix_logged = epoch
-                if self.mixture("train") is not None:  # type: ignore[attr-defined]
-                    log_quotas(trainer, self.quotas(epoch))  # type: ignore[attr-defined]
+        self._mix_logged = log_epoch_mix(trainer, self._mix_logged, self)
         return super().on_before_batch_transfer(batch, dataloader_idx)  # type: ignore[misc]

@@ -6,7 +6,7 @@ lines/s; orjson 853k into Python objects, but 338-392k once they are turned into
 msgspec with a typed schema 449k into Python objects; pyarrow's JSON reader on one thread 377k
 straight into Arrow columns, and 420k given the schema of the shard's previous block (tried
 first, and dropped for a block it does not fit). pyarrow's reader wins for batches because it
-parses into the columns a batch is gathered from (:mod:`~datamodules.streaming.engine.columns`): no
+parses into the columns a batch is gathered from (:mod:`~datamodules.stream_engine.columns`): no
 Python object per record at all. It is also already installed with the streaming extra.
 
 A block is accepted only where its columns say exactly what Python's ``json`` would (the batch

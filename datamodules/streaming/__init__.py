@@ -1,12 +1,12 @@
 """Record streams: :class:`~datamodules.StreamingDataModule`, image records, and the engine.
 
 * :mod:`~datamodules.streaming.datamodule`: the DataModule (the glue: arguments, splits,
-  checkpoints, loaders, inspection), with :mod:`~datamodules.streaming.arguments`,
-  :mod:`~datamodules.streaming.splits`, :mod:`~datamodules.streaming.stream_state`,
-  :mod:`~datamodules.streaming.trainer_links` and :mod:`~datamodules.streaming.inspection`.
-* :mod:`~datamodules.streaming.image_records` and :mod:`~datamodules.streaming.image_batches`:
+  checkpoints, loaders, inspection), with :mod:`~datamodules.stream_parts.arguments`,
+  :mod:`~datamodules.stream_parts.splits`, :mod:`~datamodules.stream_parts.stream_state`,
+  :mod:`~datamodules.stream_parts.trainer_links` and :mod:`~datamodules.streaming.inspection`.
+* :mod:`~datamodules.stream_parts.image_records` and :mod:`~datamodules.stream_parts.image_batches`:
   image records (``image_key=``) on the fast image path.
-* :mod:`datamodules.streaming.engine`: the sharded stream engine (exactly once, resumable,
+* :mod:`datamodules.stream_engine`: the sharded stream engine (exactly once, resumable,
   elastic, mixed, columnar).
 * Shards are read and written by the shard layer :mod:`datamodules.shards`; remote shards are
   opened through :mod:`datamodules.remote`.

@@ -7,39 +7,11 @@ the extension: ``.jsonl`` / ``.ndjson`` (optionally ``.gz`` / ``.zst``), ``.txt`
 per line), ``.csv`` (a dict per row), ``.parquet`` (read a row group at a time) and ``.tar``
 (WebDataset's records; see :mod:`datamodules.shards.tar`). With ``image_key=`` records
 are images, batched as :class:`~datamodules.ImageFolderDataModule` batches files
-(:mod:`datamodules.streaming.image_records`).
+(:mod:`datamodules.stream_parts.image_records`).
 
-What the loaders guarantee (the engine is :mod:`datamodules.streaming.engine`):
-
-* **Exactly once.** In one epoch every record of a split is delivered once across all DDP
-  ranks and DataLoader workers, however many shards there are and however uneven, and every
-  rank yields the same number of batches (DDP never hangs). Validation and test follow the
-  same rule. The record counts this needs are indexed once, in ``setup``, and cached on disk
-  (keyed by path, size and modification time; see :mod:`datamodules.shards.index`).
-* **Shuffle.** The train split shuffles its shard order and its records (a bounded buffer of
-  ``shuffle_buffer`` records per worker) from ``shuffle_seed`` and the epoch. The same seed,
-  worker count and world size give the same batches. Eval splits are never shuffled nor
-  dropped: each batch is a run of consecutive records, in file order with ``num_workers=0``;
-  with several workers each worker reads a contiguous block of batches and the loader takes
-  one batch from each worker in turn, so blocks interleave (carry an id in the records to
-  pair predictions with them).
-* **Epochs.** Under a Trainer the train stream runs ``trainer.current_epoch``; outside one,
-  each new iteration of a train loader (the same or a new one) is the next epoch, reshuffled
-  from ``shuffle_seed + epoch``; ``loader.set_epoch(e)`` decides explicitly.
-  ``Trainer(overfit_batches=n)`` turns the train shuffle off: the same first ``n`` batches.
-* **Resume.** The train position is in ``state_dict()`` and in the loader's state, which
-  Lightning saves in every checkpoint: ``trainer.fit(ckpt_path=...)`` from a mid-epoch
-  checkpoint yields exactly the records of that epoch not yet seen, also on another world
-  size, worker count or batch size (re-split with equal batches per rank, see
-  :mod:`~datamodules.streaming.engine.elastic`); later epochs are a fresh run's on the new layout.
-  Other shards, ``shuffle_seed``, ``shuffle``, ``shuffle_buffer`` or ``drop_last`` raise.
-* **Bounded memory.** Nothing holds more than the shuffle buffer and a few batches per worker
-  (and, in an epoch resumed on another layout, the positions of this rank's share and of
-  the few old workers' buffers it overlaps: :mod:`~datamodules.streaming.engine.remainder`).
-* **Bad records.** Invalid JSON or UTF-8, a CSV row with the wrong number of fields, or a
-  shard that cannot be read raise an error naming the shard and the line; with
-  ``on_error="skip"`` they are left out, counted (:attr:`StreamingDataModule.skipped`) and
-  reported in the log and the summary.
+What the loaders guarantee (exactly once across ranks and workers, shuffle, epochs, exact and
+elastic resume, bounded memory, bad records named or counted) is said in
+:mod:`datamodules.stream_parts`; the engine is :mod:`datamodules.stream_engine`.
 
 Random splits do not apply to a stream: validation and test records come from ``val_files`` /
 ``test_files``. ``val_split`` and ``test_split`` are 0 (their defaults here); any other
@@ -59,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import os
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -72,32 +43,28 @@ from datamodules.core.keywords import shared_arguments
 from datamodules.core.mix_logging import MixLogging
 from datamodules.core.mixture import Mixture, Source
 from datamodules.core.skipped import Skipped
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.shards.index import ShardIndex
 from datamodules.shards.records import read_records
-from datamodules.streaming.arguments import (
+from datamodules.stream_engine.batching import Chain, stream_collate
+from datamodules.stream_engine.stream import ShardedStream
+from datamodules.stream_parts.arguments import (
     check_files,
     check_mixing,
     check_stream_arguments,
     check_stream_split_arguments,
-    remote_options,
     stream_work,
 )
-from datamodules.streaming.engine.batching import Chain, stream_collate
-from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.stream import ShardedStream
-from datamodules.streaming.image_records import (
+from datamodules.stream_parts.assembly import stream_parts
+from datamodules.stream_parts.image_records import (
     IMAGE_SHUFFLE_BUFFER,
     IMAGENET_MEAN,
     IMAGENET_STD,
     RECORD_SHUFFLE_BUFFER,
-    StreamImages,
+    ImageRecords,
+    check_image_arguments,
+    check_image_records,
 )
+from datamodules.stream_parts.splits import SplitsFingerprint
 from datamodules.streaming.inspection import StreamInspection
-from datamodules.streaming.loaders import StreamLoaders
-from datamodules.streaming.mix_resume import StreamMixResume
-from datamodules.streaming.splits import SplitSource, StreamSplits
-from datamodules.streaming.stream_state import StreamState
 
 __all__ = ["StreamingDataModule", "stream_collate"]
 
@@ -105,16 +72,7 @@ __all__ = ["StreamingDataModule", "stream_collate"]
 Files = Sequence[Source] | Sequence[str | os.PathLike] | str | os.PathLike
 
 
-class StreamingDataModule(
-    StreamLoaders,
-    StreamImages,
-    StreamState,
-    StreamMixResume,
-    StreamSplits,
-    StreamInspection,
-    MixLogging,
-    BaseDataModule,
-):
+class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
     Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
@@ -288,22 +246,23 @@ class StreamingDataModule(
         check_mixing(files, epoch_size, source_key)
         check_bool(eval_per_source, "eval_per_source")
         self.eval_per_source = eval_per_source
-        self._init_images(
+        keys, names = check_image_records(
             image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
         )
-        storage_options = restored_storage_options(storage_options)
-        self.remote, limit = remote_options(
-            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards
-        )
-        save_without_credentials(self, storage_options)
+        self.image_key, self.image_keys = image_key, keys
+        self.image_records = None
+        if keys:
+            self.image_records = ImageRecords(
+                keys, label_key, names, image_size, mean, std, normalize, decode, on_error
+            )
+            self.train_transforms, self.eval_transforms = self.image_records.default_transforms(
+                self.train_transforms, self.eval_transforms
+            )
+        self.label_key = label_key if keys else None
+        # (a list from a config becomes a pair again; mean and std tuples of floats)
+        self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
+        self.normalize, self.decode = normalize, decode
         self.epoch_size, self.source_key = epoch_size, source_key
-        self.cache_dir, self.cache_limit, self.prefetch_shards = cache_dir, limit, prefetch_shards
-        #: Per mixed split, its sources once indexed (shards, records).
-        self.mixes: dict[str, list[SplitSource]] = {}
-        #: Per mixed split, its records per source and epoch (see :meth:`quotas`).
-        self.mixtures: dict[str, Mixture] = {}
-        self._mix_resume: tuple[dict[str, Any], bool] | None = None
-        self._resumed_mixture: Mixture | None = None
         self._mix_logged: int | None = None
         self.files = files
         self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
@@ -317,16 +276,15 @@ class StreamingDataModule(
         self.columns = list(columns) if columns is not None else None
         self.index_cache = index_cache
         self.dataset_factory = dataset_factory
-        #: Shard indexes per split, once indexed (``setup``); an empty list: no such split.
-        self.shards: dict[str, list[ShardIndex]] = {}
         self._skips = Skipped()
-        # The train loader is held weakly. A DataModule is only freed by the cyclic garbage
-        # collector (save_hyperparameters leaves a cycle of frames), and a DataLoader with
-        # live persistent workers freed that way never gets its stop signal to the workers:
-        # it waits 5 s per worker, then kills them. The stream holds no workers.
-        self._train_loader_ref: weakref.ref[StreamLoader] | None = None
-        self._train_stream: ShardedStream | None = None
-        self._pending_stream_state: dict[str, Any] | None = None
+        #: The remote options, the splits (shards, sources, mixtures) and the loaders.
+        self.remote, self.stream_splits, self.stream_loaders = stream_parts(
+            self, files, storage_options, retries, timeout, cache_dir, cache_limit,
+            prefetch_shards, shuffle_buffer=shuffle_buffer, fmt=fmt, on_error=on_error,
+            columns=self.columns, index_cache=index_cache, epoch_size=epoch_size,
+            source_key=source_key, eval_per_source=eval_per_source,
+            count_records=self.count_records if self._custom_reader() else None,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ extension points
     def read_shard(self, path: str) -> Iterator[Any]:
@@ -351,7 +309,9 @@ class StreamingDataModule(
         """Bad records and unreadable shards left out under ``on_error="skip"``: a
         :class:`~datamodules.core.skipped.Skipped` list of ``(where, why)`` pairs (the first
         1,000), with complete counts per shard (``counts``, ``unreadable``)."""
-        return self._drain_image_skips()  # with what image workers left out so far
+        if self.image_records is not None:  # with what image workers left out so far
+            self.image_records.drain(self._skips)
+        return self._skips
 
     def _custom_reader(self) -> bool:
         return type(self).read_shard is not StreamingDataModule.read_shard
@@ -373,6 +333,88 @@ class StreamingDataModule(
         fns = [f for f in (self.transform, super().transform_for(split)) if f is not None]
         return None if not fns else fns[0] if len(fns) == 1 else Chain(*fns)
 
+    def split_parts(self, split: str, reader: Any) -> tuple[Any, Any, Callable[[list], Any]]:
+        """``(reader, transform, collate)`` of a split's stream: as given for plain records;
+        for image records the record ``transform`` alone and the image collate."""
+        images = self.image_records
+        if images is None:
+            return reader, self.transform_for(split), self._collate_fn()
+        transform = self.train_transforms if split == "train" else self.eval_transforms
+        return images.reader(reader), self.transform, images.collate(transform)
+
+    # ------------------------------------------------------------------ splits
+    def setup(self, stage: str | None = None) -> None:
+        """Lists and indexes the shards of the splits ``stage`` needs (every split for None;
+        :meth:`~datamodules.stream_parts.splits.ShardSplits.setup`)."""
+        if self.dataset_factory is None:
+            self.stream_splits.setup(stage)
+
+    @property
+    def shards(self) -> dict[str, Any]:
+        """Shard indexes per split, once indexed (``setup``); an empty list: no such split."""
+        return self.stream_splits.shards
+
+    @property
+    def mixes(self) -> dict[str, Any]:
+        """Per mixed split, its sources once indexed (shards, records)."""
+        return self.stream_splits.mixes
+
+    fingerprint = SplitsFingerprint()
+
+    def mixture(self, split: str) -> Mixture | None:
+        """A split's mix (:meth:`~datamodules.stream_parts.splits.ShardSplits.mixture`)."""
+        return self.stream_splits.mixture(split)
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The records each source gives in ``epoch``
+        (:meth:`~datamodules.stream_parts.splits.ShardSplits.quotas`)."""
+        return self.stream_splits.quotas(epoch, split)
+
+    def source_names(self, split: str) -> list[str]:
+        """A split's Sources (:meth:`~datamodules.stream_parts.splits.ShardSplits.source_names`)."""
+        return self.stream_splits.source_names(split)
+
+    def _current_epoch(self) -> int:
+        return self.stream_loaders.current_epoch(self._trainer())
+
+    def split_size(self, split: str) -> int:
+        """Records per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given): the
+        shards' records, or for mixed sources the sum of their quotas (train: in the current
+        epoch); indexes it."""
+        if self.dataset_factory is not None:
+            raise TypeError("the size of a dataset_factory split is not known in advance.")
+        return self.stream_splits.split_size(split, self._current_epoch())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The train shards' fingerprint, the split sizes and the train stream's position
+        (the same dict the train loader's ``state_dict`` gives, which Lightning also saves)."""
+        return self.stream_loaders.state_dict(self._current_epoch())
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the train position, also on another world size, worker count or batch
+        size, and a changed mix
+        (:meth:`~datamodules.stream_parts.loaders.StreamLoaders.load_state_dict`)."""
+        self.stream_loaders.load_state_dict(state_dict, self._rank_world()[0])
+
+    # ------------------------------------------------------------------ loaders
+    def make_stream(
+        self, split: str, rank: int, world: int, source: int | None = None
+    ) -> ShardedStream:
+        """The :class:`ShardedStream` of a split for this rank (train: shuffled, resumable;
+        see :meth:`StreamLoaders.make_stream
+        <datamodules.stream_parts.loaders.StreamLoaders.make_stream>`)."""
+        return self.stream_loaders.make_stream(
+            self, split, rank, world, self.split_parts, source, self._reader()
+        )
+
+    def make_loader(self, split: str, source: int | None = None) -> DataLoader | None:
+        """Builds the loader of a split: a :class:`StreamLoader` over :meth:`make_stream` with
+        the resolved settings; or a plain DataLoader over ``dataset_factory``'s dataset (None
+        when the factory has no such split). ``source``: one source of a split of Sources."""
+        return self.stream_loaders.make_loader(
+            self, split, self.split_parts, source, self._reader(), self.dataset_factory
+        )
+
     def train_dataloader(self) -> DataLoader:
         """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""
         loader = self.make_loader("train")
@@ -380,19 +422,22 @@ class StreamingDataModule(
             raise ValueError("dataset_factory('train', ...) returned None: nothing to train on.")
         return loader
 
+    def _reader(self) -> Callable[[str], Iterator[Any]] | None:
+        return self._detached().read_shard if self._custom_reader() else None
+
     def val_dataloader(self) -> DataLoader | list:
         """The validation loader, or an empty list (no validation) without val records; with
         ``eval_per_source=True`` and Sources, one loader per source."""
-        if self._per_source("val"):
-            return self._source_loaders("val")
-        loader = self.make_loader("val") if self._has("val") else None
+        loader = self.stream_loaders.split_loader(
+            self, "val", self.split_parts, self._reader(), self.dataset_factory
+        )
         return [] if loader is None else loader
 
     def test_dataloader(self) -> DataLoader | list:
         """The test loader (with ``eval_per_source=True`` and Sources, one per source)."""
-        if self._per_source("test"):
-            return self._source_loaders("test")
-        loader = self.make_loader("test") if self._has("test") else None
+        loader = self.stream_loaders.split_loader(
+            self, "test", self.split_parts, self._reader(), self.dataset_factory
+        )
         if loader is None:
             raise ValueError(
                 f"{type(self).__name__} has no test records: pass test_files= (or have "
@@ -402,17 +447,11 @@ class StreamingDataModule(
 
     def predict_dataloader(self) -> DataLoader:
         """A loader over the test records, else the validation records."""
-        for split in ("test", "val"):
-            loader = self.make_loader(split) if self._has(split) else None
-            if loader is not None:
-                return loader
-        raise ValueError(
-            f"{type(self).__name__} has no test or validation records to predict on: pass "
-            "test_files= or val_files=."
+        return self.stream_loaders.predict_loader(
+            self, self.split_parts, self._reader(), self.dataset_factory
         )
 
-    #: The worker tuner times index-sampled loaders; a stream cannot be timed that way.
-    tunable = False
+    tunable = False  # (the tuner times index-sampled loaders)
 
     def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
         """Not available for streams (the tuner times index-sampled loaders)."""
@@ -420,14 +459,42 @@ class StreamingDataModule(
             f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
         )
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickles without the Trainer and the loaders (for ``spawn`` workers)."""
-        state = self.__dict__.copy()
-        state.update(trainer=None, _train_loader_ref=None, _train_stream=None)
-        return state
+    @property
+    def classes(self) -> list[str]:
+        """Class names: ``classes=`` as given, else ``"0"``, ``"1"``, ... for int labels."""
+        names = None if self.image_records is None else self.image_records.class_names
+        return list(names) if names is not None else [str(i) for i in range(self.num_classes)]
 
-    def _live_train_loader(self) -> StreamLoader | None:
-        return None if self._train_loader_ref is None else self._train_loader_ref()
+    @property
+    def num_classes(self) -> int:
+        """``len(classes)``, else the largest int label of the splits + 1 (read once: only the
+        label field of each shard)."""
+        images = self.image_records
+        if images is None or self.label_key is None:
+            raise AttributeError(
+                f"{type(self).__name__} has classes only with image_key= and label_key=."
+            )
+        if images.class_names is None:
+            self.setup()
+        return images.num_classes(
+            self.shards, lambda shard: images.labels_of(shard, self.remote, self.read_shard)
+        )
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Image records: uint8 images to float in [0, 1], normalised, on the device."""
+        images = self.image_records
+        return batch if images is None else images.on_device(self, batch, dataloader_idx)
+
+    def extra_summary(self) -> list[str]:
+        """The summary's lines about image records (none without ``image_key``)."""
+        images = self.image_records
+        if images is None:
+            return []
+        return images.lines(self.image_key, self.train_transforms, self.eval_transforms)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the Trainer (for ``spawn`` workers; the loaders drop their own)."""
+        return {**super().__getstate__(), "trainer": None}
 
     def _detached(self) -> StreamingDataModule:
         """A shallow copy without Trainer and loaders (no cycle through the loader)."""

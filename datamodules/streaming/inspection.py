@@ -15,8 +15,8 @@ from typing import Any
 from datamodules.core.mixture import schedule_lines
 from datamodules.core.summary import counted, unsaved_lines
 from datamodules.remote.files import is_remote
-from datamodules.streaming.engine.columnar import columnar_reason
-from datamodules.streaming.splits import SPLITS
+from datamodules.stream_engine.columnar import columnar_reason
+from datamodules.stream_parts.splits import SPLITS
 
 __all__ = ["StreamInspection"]
 
@@ -82,12 +82,7 @@ class StreamInspection:
         """Per split: shards, records, and what was skipped (for ``python -m datamodules
         inspect``)."""
         self.setup()
-        lines = ["data:"]
-        for split in SPLITS:
-            shards = self.shards.get(split) or []
-            n = sum(s.count for s in shards)
-            lines.append(f"  {split}: {n} records in {len(shards)} shard(s)")
-        return lines
+        return self.stream_splits.describe()
 
     def summary(self) -> str:
         """Shards, records and batches per split, loader settings with reasons, bad records."""
@@ -140,7 +135,7 @@ class StreamInspection:
                 f"good (retries={self.remote.retries}, timeout={self.remote.timeout:g} s); "
                 f"cache {cache}; prefetch_shards={self.prefetch_shards}"
             )
-        stream = getattr(self, "_train_stream", None)
+        stream = self.stream_loaders.train_stream
         resumed = None if stream is None else stream.resumed()
         if resumed is not None:  # an epoch resumed on another layout
             epoch, layouts, repeats = resumed

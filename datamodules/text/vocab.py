@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.core.checks import check_choice
+from datamodules.tokenizing.adapter import tokenizer_pad_id
 
 __all__ = [
     "LEVELS",
@@ -222,21 +223,6 @@ def truncate(
     else:
         keep = position >= np.repeat(lengths, lengths) - max_length
     return flat[keep], np.minimum(lengths, max_length)
-
-
-def tokenizer_pad_id(tokenizer: Any) -> int:
-    """The padding id a tokenizer declares (``pad_token_id``, or a ``[PAD]``/``<pad>`` token),
-    else 0."""
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if isinstance(pad, int):
-        return pad
-    token_to_id = getattr(tokenizer, "token_to_id", None)
-    if callable(token_to_id):
-        for token in ("[PAD]", "<pad>", "<PAD>"):
-            found = token_to_id(token)
-            if isinstance(found, int):
-                return found
-    return 0
 
 
 def tokenizer_vocab_size(tokenizer: Any) -> int | None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, weight_at
-from datamodules.streaming.engine.mixing import epoch_pieces
+from datamodules.stream_engine.mixing import epoch_pieces
 
 
 def test_a_schedule_is_linear_between_points_and_constant_outside() -> None:

@@ -340,8 +340,8 @@ def test_a_csv_line_of_only_whitespace_is_not_a_record(tmp_path):
 def test_http_stream_through_workers(http_root, tmp_path):
     from collections import Counter
 
-    from datamodules.streaming.engine.loader import StreamLoader
-    from datamodules.streaming.engine.stream import ShardedStream
+    from datamodules.stream_engine.loader import StreamLoader
+    from datamodules.stream_engine.stream import ShardedStream
 
     urls = [f"{http_root}/a.jsonl", f"{http_root}/d.parquet"]
     shards = index_shards(urls, cache_dir=False)

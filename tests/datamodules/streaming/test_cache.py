@@ -19,9 +19,9 @@ import pytest
 from datamodules.remote.cache import ShardCache, parse_size
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.index import index_shards
-from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.readers import ShardReader
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.loader import StreamLoader
+from datamodules.stream_engine.readers import ShardReader
+from datamodules.stream_engine.stream import ShardedStream
 
 N = 400  # records per shard
 
@@ -168,7 +168,7 @@ def test_prefetch_reads_every_record_and_leaves_no_copy(server) -> None:
 def test_small_shards_are_fetched_further_ahead(server, monkeypatch, budget, ahead) -> None:
     """``prefetch_shards=1`` fetches one shard ahead, and more while the next shards add up
     to less than PREFETCH_BYTES (the connections stay busy on small shards)."""
-    from datamodules.streaming.engine import readers
+    from datamodules.stream_engine import readers
 
     monkeypatch.setattr(readers, "PREFETCH_BYTES", budget)
     base, counts, _ = server

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from datamodules import Source, StreamingDataModule
-from datamodules.streaming.engine.columns import RowStore
-from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.stream_engine.columns import RowStore
+from datamodules.stream_engine.loader import StreamLoader
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

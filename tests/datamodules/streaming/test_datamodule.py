@@ -132,7 +132,7 @@ def test_eval_loaders_keep_order_and_drop_nothing(data):
 
 
 def test_setup_indexes_once(data, monkeypatch):
-    import datamodules.streaming.splits as streaming
+    import datamodules.stream_parts.splits as streaming
 
     calls: list[int] = []
     real = streaming.index_shards

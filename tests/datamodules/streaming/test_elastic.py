@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from datamodules.core.elastic import Segment
-from datamodules.streaming.engine.elastic import remainder, runs
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.elastic import remainder, runs
+from datamodules.stream_engine.stream import ShardedStream
 from tests.datamodules.streaming.test_stream import IdReader, simulate
 
 LAYOUTS = {
@@ -240,7 +240,7 @@ def test_real_persistent_workers_resume_then_run_fresh_epochs(tmp_path):
     """Through a real StreamLoader: 2 x 2 workers checkpointed, resumed on 1 rank x 3
     persistent worker processes; the epoch after is the fresh one (told via shared memory)."""
     from datamodules.shards.index import index_shards
-    from datamodules.streaming.engine.loader import StreamLoader
+    from datamodules.stream_engine.loader import StreamLoader
     from tests.datamodules.streaming.test_stream import batch_ids, write_jsonl
 
     shards = index_shards(

@@ -15,7 +15,7 @@ import pytest
 from collates.records import collate_records
 from datamodules import Source, StreamingDataModule
 from datamodules.shards.errors import RecordError
-from datamodules.streaming.engine.failures import BatchError, first_failing
+from datamodules.stream_engine.failures import BatchError, first_failing
 
 HINT = "choose the fields with columns= (Parquet), make the records alike with transform="
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.streaming.engine.messages import (
+from datamodules.stream_engine.messages import (
     COPIED_BELOW,
     MESSAGE,
     interleave,

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from datamodules import Source, StreamingDataModule
-from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.stream_engine.loader import StreamLoader
 from tests.datamodules.contract import quiet_trainer
 from tests.recording import RecordingModel
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from datamodules import Source, StreamingDataModule
-from datamodules.streaming.engine.loader import StreamLoader
+from datamodules.stream_engine.loader import StreamLoader
 from tests.datamodules.contract import quiet_trainer
 from tests.recording import RecordingModel
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.core.mixture import Source, check_sources, quotas
-from datamodules.streaming.engine.mixing import epoch_pieces
+from datamodules.stream_engine.mixing import epoch_pieces
 
 
 def record_ids(pieces, counts) -> list[tuple[int, int]]:

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.core.elastic import Segment
-from datamodules.streaming.engine.elastic import remainder
-from datamodules.streaming.engine.layout import Plan
-from datamodules.streaming.engine.remainder import Materialized, Remainder, remaining_sequence
+from datamodules.stream_engine.elastic import remainder
+from datamodules.stream_engine.layout import Plan
+from datamodules.stream_engine.remainder import Materialized, Remainder, remaining_sequence
 
 SUITE_SIZES = (41, 35, 44)  # the records of test_elastic.py's LAYOUTS
 SEED, BUFFER = 11, 5

@@ -28,9 +28,9 @@ from datamodules.remote.retrying import RemoteError, RemoteOptions, describe
 from datamodules.shards.errors import ShardError
 from datamodules.shards.index import index_shard, index_shards
 from datamodules.shards.records import read_records
-from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.readers import ShardReader
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.loader import StreamLoader
+from datamodules.stream_engine.readers import ShardReader
+from datamodules.stream_engine.stream import ShardedStream
 
 N = 3000  # records per shard: a body of ~100 KB, so a cut lands mid-shard
 STALL = 1.5  # seconds the stalling answer waits (the reads' timeout is 0.5 s)

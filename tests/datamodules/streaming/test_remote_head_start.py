@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from datamodules.remote import pool as pool_module
-from datamodules.streaming.engine import readers
+from datamodules.stream_engine import readers
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_wait_requested_waits_for_a_read_and_the_fetches_ahead(monkeypatch) -> N
 
 def test_the_preloads_import_what_the_first_batch_needs() -> None:
     from datamodules.imaging import decoding
-    from datamodules.streaming.engine import columns
+    from datamodules.stream_engine import columns
 
     columns.preload()
     assert {"pyarrow.json", "pyarrow.compute"} <= set(sys.modules)

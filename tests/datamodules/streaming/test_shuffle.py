@@ -7,7 +7,7 @@ from itertools import chain
 
 import pytest
 
-from datamodules.streaming.engine.shuffle import replay_shuffle, shuffle_buffer, shuffle_runs
+from datamodules.stream_engine.shuffle import replay_shuffle, shuffle_buffer, shuffle_runs
 
 
 def _runs(rng: random.Random) -> list[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""Tests for datamodules.streaming.engine.stream: exactly once over ranks x workers, equal batch
+"""Tests for datamodules.stream_engine.stream: exactly once over ranks x workers, equal batch
 counts, shuffling, resume and bad records, through real DataLoader worker processes."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import datamodules.streaming.engine.stream as stream_module
+import datamodules.stream_engine.stream as stream_module
 from datamodules.shards.errors import RecordError, ShardError
 from datamodules.shards.index import ShardIndex, index_shards
-from datamodules.streaming.engine.loader import StreamLoader
-from datamodules.streaming.engine.messages import MESSAGE_BYTES
-from datamodules.streaming.engine.stream import ShardedStream
+from datamodules.stream_engine.loader import StreamLoader
+from datamodules.stream_engine.messages import MESSAGE_BYTES
+from datamodules.stream_engine.stream import ShardedStream
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
