@@ -103,8 +103,7 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
             ``"skip"``: they are left out and counted (:attr:`skipped`); counting then parses
             every record once, in ``setup``.
         fmt: Force the format of every shard (one of ``"jsonl"``, ``"txt"``, ``"csv"``,
-            ``"tsv"``, ``"parquet"``, ``"arrow"``, ``"tar"``) instead of reading it from the
-            extension.
+            ``"tsv"``, ``"parquet"``, ``"arrow"``, ``"tar"``), not the extension's.
         columns: Parquet and Arrow only: the columns to read (None: all).
         index_cache: Where shard indexes are cached: a directory, None for the default
             (``$DATAMODULES_CACHE`` or ``~/.cache/datamodules``), False for memory only.
