@@ -36,6 +36,7 @@ from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError, preload
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
+from datamodules.streaming.engine.batching import LABEL_PAD_VALUE
 from datamodules.streaming.engine.readers import head_start
 
 __all__ = ["ImageRecordCollate", "TaggedReader"]
@@ -147,7 +148,8 @@ class ImageRecordCollate:
         images = writer.batch()
         if self.label_key is not None:
             return images, torch.tensor(labels, dtype=torch.int64)
-        return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
+        fields = collate_records(rest, label_pad_value=LABEL_PAD_VALUE) if rest[0] else {}
+        return {"image": images, **fields}
 
     def _decode(self, record: Any) -> tuple[torch.Tensor, Any, int]:
         """``(image, its own transform or None, label)`` of a record (see
