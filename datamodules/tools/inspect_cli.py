@@ -37,7 +37,6 @@ __all__ = [
     "PROG",
     "build_parser",
     "expand_config",
-    "import_named_class",
     "main",
     "progress_step",
     "split_argument",
@@ -158,39 +157,9 @@ def expand_config(argv: list[str]) -> list[str]:
     return out
 
 
-def _named_classes(argv: list[str]) -> Iterator[str]:
-    """The class names given as ``--data NAME``, ``--data=NAME``, ``--data.class_path NAME``
-    or as the ``class_path`` of a ``--data`` JSON object (what ``--config`` expands to)."""
-    for i, arg in enumerate(argv):
-        if arg in ("--data", "--data.class_path") and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(("--data=", "--data.class_path=")):
-            value = arg.split("=", 1)[1]
-        else:
-            continue
-        if value.lstrip().startswith("{"):
-            with contextlib.suppress(ValueError):
-                value = json.loads(value).get("class_path", "")
-        if isinstance(value, str):
-            yield value
-
-
-def import_named_class(argv: list[str]) -> None:
-    """Imports the public DataModule that ``argv`` names by its short name (``--data
-    TensorDataModule``), so that jsonargparse, which resolves a short name among the subclasses
-    of :class:`BaseDataModule` already imported, finds it in a fresh interpreter: the package
-    root loads its classes lazily (PEP 562), on first use."""
-    import datamodules
-
-    for name in _named_classes(argv):
-        if name in datamodules.__all__:
-            getattr(datamodules, name)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs ``inspect``; returns the exit status."""
     argv = expand_config(list(sys.argv[1:] if argv is None else argv))
-    import_named_class(argv)
     parser = build_parser()
     cfg = parser.parse_args(argv)
     package_log = logging.getLogger("datamodules")
