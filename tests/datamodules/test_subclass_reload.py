@@ -35,10 +35,14 @@ class FixedText(TextDataModule):
 
 
 class FixedStream(StreamingDataModule):
-    """The shards found under ``root``; the shuffle buffer fixed here."""
+    """The shards found under ``root``; the shuffle buffer and storage options (a credential
+    among them) fixed here."""
 
     def __init__(self, root: str, **kwargs: Any) -> None:
-        super().__init__(os.path.join(root, "*.jsonl"), shuffle_buffer=0, **kwargs)
+        options = {"key": "AKIA-fixed-here", "anon": False}
+        super().__init__(
+            os.path.join(root, "*.jsonl"), shuffle_buffer=0, storage_options=options, **kwargs
+        )
 
 
 def wine(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
