@@ -122,8 +122,8 @@ def given_arguments(frame: FrameType | None, module: Any, names: tuple[str, ...]
 
 
 def own_arguments(frame: FrameType | None, module: Any) -> set[str] | None:
-    """The arguments the concrete class's own ``__init__`` took: its named parameters, plus the
-    keywords that reached the base through its ``**kwargs``.
+    """The arguments the concrete class's own ``__init__`` took: its named parameters (and its
+    ``*args``), plus the keywords that reached the base through its ``**kwargs``.
 
     A subclass may fix base arguments itself (``super().__init__(root=".", **kwargs)``); those
     are not its arguments, so saving them would make ``load_from_checkpoint`` pass them twice.
@@ -140,10 +140,10 @@ def own_arguments(frame: FrameType | None, module: Any) -> set[str] | None:
         return None
     code = outer.f_code
     count = code.co_argcount + code.co_kwonlyargcount
-    names = set(code.co_varnames[1:count])
+    varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    names = set(code.co_varnames[1 : count + varargs])  # ``*tensors`` too: given by the caller
     if code.co_flags & inspect.CO_VARKEYWORDS:
-        kwargs = code.co_varnames[count + bool(code.co_flags & inspect.CO_VARARGS)]
-        names.update(outer.f_locals.get(kwargs) or ())
+        names.update(outer.f_locals.get(code.co_varnames[count + varargs]) or ())
     return names
 
 
