@@ -4,9 +4,14 @@ Lightning nor torch before their arguments parse."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
+from collections.abc import Iterator
 
-__all__ = ["USAGE", "main"]
+import datamodules
+
+__all__ = ["USAGE", "import_named_class", "main"]
 
 USAGE = """usage: python -m datamodules inspect --data CLASS [--data.ARG VALUE ...] [--tune]
                                      [--split {train,val,test}] [--out PATH]
@@ -20,6 +25,34 @@ commands:
   index     index shards another tool wrote into a dataset index that setup reads instead
 
 Run 'python -m datamodules COMMAND --help' for the options."""
+
+
+def _named_classes(argv: list[str]) -> Iterator[str]:
+    """The class names given as ``--data NAME``, ``--data=NAME``, ``--data.class_path NAME``
+    or as the ``class_path`` of a ``--data`` JSON object (what ``--config`` expands to)."""
+    for i, arg in enumerate(argv):
+        if arg in ("--data", "--data.class_path") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(("--data=", "--data.class_path=")):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        if value.lstrip().startswith("{"):
+            with contextlib.suppress(ValueError):
+                loaded = json.loads(value)
+                value = loaded.get("class_path", "") if isinstance(loaded, dict) else ""
+        if isinstance(value, str):
+            yield value
+
+
+def import_named_class(argv: list[str]) -> None:
+    """Imports the public DataModule that ``argv`` names by its short name (``--data
+    TensorDataModule``), so that jsonargparse, which resolves a short name among the subclasses
+    of :class:`BaseDataModule` already imported, finds it in a fresh interpreter: the package
+    root loads its classes lazily (PEP 562), on first use."""
+    for name in _named_classes(argv):
+        if name in datamodules.__all__:
+            getattr(datamodules, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(USAGE, file=sys.stderr)
         return 2
+    from datamodules.tools.inspect_cli import expand_config
     from datamodules.tools.inspect_cli import main as inspect_main
 
+    rest = expand_config(rest)
+    import_named_class(rest)
     return inspect_main(rest)
 
 

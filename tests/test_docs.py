@@ -9,6 +9,8 @@ without its block) fails the suite.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -257,3 +259,23 @@ def test_readme_links_into_docs_exist() -> None:
     assert links, "the README should link to its docs pages"
     missing = [link for link in links if not (ROOT / link).is_file()]
     assert missing == []
+
+
+def test_quickstart_prose_matches_its_commands() -> None:
+    # Both commands make (or find) the same .venv; the suite's length and a quick subset are
+    # said, and no torch advice comes after commands a reader has already pasted.
+    text = README.read_text()
+    quickstart = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    commands = quickstart_commands(text)
+    assert {c.split(" && ")[0] for c in commands} == {"python3 -m venv .venv"}
+    assert "own virtual environment" not in quickstart
+    after = quickstart.split("```", 2)[2]
+    assert "pip install torch" not in after
+    assert re.search(r"whole suite takes about \d+ minutes on 2 CPU cores", after)
+    subsets = re.findall(r"`(python -m pytest -q [^`]+)`", after)
+    assert subsets
+    for command in subsets:  # each runs from a fresh interpreter and selects tests
+        args = [sys.executable, *command.split()[1:], "--collect-only"]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert re.search(r"^\d+ tests collected", done.stdout.splitlines()[-1])

@@ -44,7 +44,7 @@ from datamodules.core.hardware import (
     resolve_loader_settings,
 )
 from datamodules.core.hooks import tool
-from datamodules.core.hparams import given_arguments, make_hparams_plain
+from datamodules.core.hparams import given_arguments, make_hparams_plain, own_arguments
 from datamodules.core.keywords import CheckedKeywords
 from datamodules.core.loaders import ResumableDataLoader, WeakCall
 from datamodules.core.quiet import HeldFilters
@@ -149,6 +149,12 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
         )
         self.save_hyperparameters(ignore=list(self.hparams_ignore))
         given = given_arguments(inspect.currentframe(), self, self.hparams_ignore)
+        # What the concrete class's signature takes, not what a subclass fixed for the base.
+        own = own_arguments(inspect.currentframe(), self)
+        if own is not None:
+            for name in [n for n in self._hparams if n not in own]:
+                del self._hparams[name]
+            given = {name: value for name, value in given.items() if name in own}
         #: Arguments that are not in checkpoints (data, callables, objects), with the reason:
         #: give them again to ``load_from_checkpoint(path, name=value)``.
         self.unsaved_arguments: dict[str, str] = make_hparams_plain(self, given)

@@ -24,6 +24,7 @@ are never saved (``hparams_ignore`` of each DataModule); a string given for one 
 from __future__ import annotations
 
 import copy
+import inspect
 import numbers
 import os
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ __all__ = [
     "describe",
     "given_arguments",
     "make_hparams_plain",
+    "own_arguments",
     "set_hparam",
     "to_plain",
 ]
@@ -117,6 +119,32 @@ def given_arguments(frame: FrameType | None, module: Any, names: tuple[str, ...]
                 found[name] = value
         frame = frame.f_back
     return found
+
+
+def own_arguments(frame: FrameType | None, module: Any) -> set[str] | None:
+    """The arguments the concrete class's own ``__init__`` took: its named parameters (and its
+    ``*args``), plus the keywords that reached the base through its ``**kwargs``.
+
+    A subclass may fix base arguments itself (``super().__init__(root=".", **kwargs)``); those
+    are not its arguments, so saving them would make ``load_from_checkpoint`` pass them twice.
+    ``frame`` is an ``__init__`` frame of ``module``; the outermost one is the concrete
+    class's. None when there is no such frame.
+    """
+    outer = None
+    while frame is not None and frame.f_code.co_name == "__init__":
+        code = frame.f_code
+        if not code.co_varnames or frame.f_locals.get(code.co_varnames[0]) is not module:
+            break
+        outer, frame = frame, frame.f_back
+    if outer is None:
+        return None
+    code = outer.f_code
+    count = code.co_argcount + code.co_kwonlyargcount
+    varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    names = set(code.co_varnames[1 : count + varargs])  # ``*tensors`` too: given by the caller
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        names.update(outer.f_locals.get(code.co_varnames[count + varargs]) or ())
+    return names
 
 
 def make_hparams_plain(module: Any, ignored: Mapping[str, Any]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from datamodules.core.checks import (
     is_number,
     rejected,
 )
+from datamodules.core.keywords import CheckedKeywords
 
 __all__ = ["Source", "check_sources", "describe_weight", "last_point", "weight_at"]
 
@@ -97,8 +98,11 @@ def last_point(weight: Any) -> float:
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(metaclass=CheckedKeywords):
     """One source of a mixed split.
+
+    A mistyped keyword fails naming the nearest accepted one (``Source(wieght=2)``: "did you
+    mean 'weight'?"), as the DataModules' do.
 
     Args:
         files: What the split takes: a path or URL, a glob, a directory, or a list of them

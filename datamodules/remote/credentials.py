@@ -72,7 +72,7 @@ def save_without_credentials(module: Any, options: Any) -> None:
     from datamodules.core.hparams import set_hparam
 
     saved, credentials = checkpoint_storage_options(options)
-    if credentials:
+    if credentials and "storage_options" in module.hparams:  # not when a subclass fixes them
         set_hparam(module, "storage_options", saved)
         for name in credentials:
             module.unsaved_arguments[f"storage_options.{name}"] = "a credential"

@@ -19,7 +19,18 @@ from datamodules.core.loaders import passthrough
 from datamodules.core.quiet import quiet, release_held_filters
 from datamodules.core.shared_batches import attach_pool
 
-__all__ = ["BatchedIterable", "Chain", "FactoryLoader", "factory_loader", "stream_collate"]
+__all__ = [
+    "LABEL_PAD_VALUE",
+    "BatchedIterable",
+    "Chain",
+    "FactoryLoader",
+    "factory_loader",
+    "stream_collate",
+]
+
+#: What the default collate pads a ``labels`` (or ``label``) sequence with: the index that
+#: ``torch.nn.functional.cross_entropy`` ignores, where 0 would be a real token id to the loss.
+LABEL_PAD_VALUE = -100
 
 
 def stream_collate(samples: list[Any]) -> Any:
@@ -27,14 +38,16 @@ def stream_collate(samples: list[Any]) -> Any:
 
     * dict records: :func:`collates.records.collate_records` (numbers and equal-shape arrays
       stacked, variable-length lists / arrays / tensors padded with 0, strings and other
-      objects kept as lists; every record needs the same keys);
+      objects kept as lists; every record needs the same keys). The label fields ``labels``
+      and ``label`` pad with -100 (:data:`LABEL_PAD_VALUE`), as ``PadCollate(...,
+      label_pad_value=-100)`` pads them, so that the loss ignores the padding;
     * tuples of fields: the same, position by position, returned as a tuple;
     * strings (``.txt`` records): the list of strings;
     * anything else (a number, a list of numbers, an array, a tensor): one field.
     """
     first = samples[0]
     if isinstance(first, Mapping):
-        return collate_records(samples)
+        return collate_records(samples, label_pad_value=LABEL_PAD_VALUE)
     if isinstance(first, (str, bytes)):
         return list(samples)
     if isinstance(first, tuple):

@@ -21,6 +21,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from collates.padding import PadCollate
+from datamodules.stream_engine.batching import LABEL_PAD_VALUE, stream_collate
 from datamodules.stream_engine.columns import Block, RowStore, preload
 from datamodules.stream_engine.elastic import runs
 from datamodules.stream_engine.gather import gather, gather_group
@@ -43,8 +44,9 @@ __all__ = [
     "reads_columns",
 ]
 
-#: The padding rules of the default collate (``collate_records``'s defaults).
-DEFAULT_PADDING = PadCollate(0)
+#: The padding rules of the default collate (:func:`stream_collate`'s: label fields pad with
+#: -100).
+DEFAULT_PADDING = PadCollate(0, label_pad_value=LABEL_PAD_VALUE)
 
 
 def columnar_reason(
@@ -53,7 +55,6 @@ def columnar_reason(
     """Why a split's batches are collated from records; None when they are gathered from
     columns (Parquet and JSONL shards, the default collate, no transform)."""
     from datamodules.shards.records import COLUMNAR
-    from datamodules.stream_engine.batching import stream_collate
 
     if not reads_blocks:
         return "records from read_shard(), or image records"

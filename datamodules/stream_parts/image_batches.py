@@ -36,6 +36,7 @@ from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError, preload
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.shards.errors import RecordError
+from datamodules.stream_engine.batching import LABEL_PAD_VALUE
 from datamodules.stream_engine.readers import head_start
 
 __all__ = ["BadRecord", "ImageRecordCollate", "RecordFields", "TaggedReader", "record_name"]
@@ -169,7 +170,8 @@ class ImageRecordCollate:
             return images, torch.tensor(labels, dtype=torch.int64)
         if self.fields is not None:
             return {"image": images, **self.fields.batch(rest)}
-        return {"image": images, **collate_records(rest)} if rest[0] else {"image": images}
+        fields = collate_records(rest, label_pad_value=LABEL_PAD_VALUE) if rest[0] else {}
+        return {"image": images, **fields}
 
     def set_epoch(self, epoch: int) -> None:
         """Tells the fields the epoch that starts (the stream calls it in each worker)."""

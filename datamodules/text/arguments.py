@@ -12,11 +12,12 @@ from typing import Any
 from collates.packing import PACK_MODES
 from datamodules.core.buckets import BATCH_BY
 from datamodules.core.checks import check_bool, check_choice, check_int, rejected
-from datamodules.text.vocab import LEVELS
+from datamodules.text.vocab import LEVELS, tokenizer_vocab_size
 
 __all__ = [
     "SIDES",
     "check_choice",
+    "check_eos_id",
     "check_optional_int",
     "check_packing_arguments",
     "check_text_arguments",
@@ -29,6 +30,23 @@ _TOKENS = " with batch_by='tokens'"
 def check_optional_int(value: Any, name: str, minimum: int) -> None:
     """:func:`~datamodules.core.checks.check_int` that also accepts None."""
     check_int(value, name, minimum, allow_none=True)
+
+
+def check_eos_id(eos_id: int, tokenizer: Any) -> None:
+    """Checks ``eos_id=`` given with texts or files (appended to each document): it needs a
+    tokenizer of the user's (the built-in vocabulary has no end-of-text id), and an id below
+    the vocabulary size the tokenizer declares."""
+    if isinstance(tokenizer, str):
+        raise rejected(
+            "eos_id",
+            eos_id,
+            "None, or a tokenizer of yours (tokenizer=), whose end-of-text id it names: the "
+            "built-in vocabulary has none",
+            when=f" with texts or files and tokenizer={tokenizer!r}",
+        )
+    size = tokenizer_vocab_size(tokenizer)
+    if size is not None and eos_id >= size:
+        raise rejected("eos_id", eos_id, f"an id below the tokenizer's vocabulary size ({size})")
 
 
 def check_text_arguments(

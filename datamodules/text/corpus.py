@@ -25,6 +25,7 @@ from datamodules.core.samplers import current_rank_and_world
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
+from datamodules.text.arguments import check_eos_id
 from datamodules.text.blends import check_blend
 from datamodules.text.inputs import (
     CHUNK_TEXTS,
@@ -165,10 +166,10 @@ class TextCorpus:
             raise ValueError(f"dtype={dtype!r} is not accepted: use None or one of {FLAT_DTYPES}.")
         check_int(eos_id, "eos_id", 0, allow_none=True)
         check_int(vocab_size, "vocab_size", 1, allow_none=True)
-        if token_files is None and (dtype is not None or eos_id is not None):
-            raise ValueError(
-                "dtype= and eos_id= describe token_files=: give token_files or drop them."
-            )
+        if token_files is None and dtype is not None:
+            raise ValueError("dtype= describes token_files=: give token_files or drop it.")
+        if token_files is None and eos_id is not None:
+            check_eos_id(eos_id, self.tokenizer)
         if token_files is not None and self.max_length is not None:
             raise ValueError(
                 "max_length does not apply to token_files= (tokenized already): truncate when "
@@ -218,6 +219,8 @@ class TextCorpus:
             "max_length": self.max_length,
             "truncation_side": self.truncation_side,
             "lowercase": self.lowercase,
+            # only when given, so that the stores built without it keep their keys
+            **({"eos_id": self.eos_id} if self.eos_id is not None else {}),
         }
 
     def _ranks(self) -> tuple[int, int]:
@@ -249,6 +252,7 @@ class TextCorpus:
                     self.max_length,
                     self.truncation_side,
                     progress,
+                    self.eos_id,
                 )
                 meta = {"inputs": material, "files": names, "workers": workers}
                 meta.update(self._store_labels(writer, names, per_file))

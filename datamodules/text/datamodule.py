@@ -44,6 +44,7 @@ from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import TextLabels
 from datamodules.text.packing import PackPlanner, check_packable
 from datamodules.text.readers import TextRecords, records_from_memory
+from datamodules.text.store_build import encode
 from datamodules.text.token_checks import check_vocab
 from datamodules.text.token_files import TokenFile
 from datamodules.text.views import TextViews
@@ -51,7 +52,6 @@ from datamodules.text.vocab import (
     PAD_ID,
     Vocabulary,
     describe_tokenizer,
-    encode_with,
     tokenizer_pad_id,
     tokenizer_vocab_size,
     truncate,
@@ -119,7 +119,10 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
             ``packing=True``, else documents), split by weight (default: all its units).
         eval_per_source: With a blended validation (test) split: one loader per source.
         dtype: The token dtype of a flat ``.bin`` (default ``"uint16"``, nanoGPT's).
-        eos_id: The end-of-text id that ends each document of a flat token file.
+        eos_id: The end-of-text id. A flat token file is split into documents after each;
+            with texts or files (and a tokenizer of yours), it is appended to each document
+            that does not already end with it (as Megatron's ``--append-eod``), counting within
+            ``max_length`` (a document cut on the right loses it).
         vocab_size: The vocabulary size when no tokenizer says it (token files).
         token_cache: Where token stores live: a directory, None for
             ``$DATAMODULES_CACHE/tokens`` (or ``~/.cache/datamodules/tokens``), or False to
@@ -348,10 +351,16 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
         self._sources = sources
 
     def _tokenize(self, records: TextRecords) -> tuple[np.ndarray, np.ndarray]:
-        if self.vocab is not None:
-            flat, lengths = self.vocab.encode_many(records.texts)
-        else:
-            flat, lengths = encode_with(self.tokenizer, records.texts, records.where)
+        if self.vocab is None:  # as the token store encodes (the end-of-text id appended)
+            return encode(
+                self.tokenizer,
+                records.texts,
+                records.where,
+                self.max_length,
+                self.truncation_side,
+                self.eos_id,
+            )
+        flat, lengths = self.vocab.encode_many(records.texts)
         if self.max_length is not None:
             flat, lengths = truncate(flat, lengths, self.max_length, self.truncation_side)
         return flat, lengths

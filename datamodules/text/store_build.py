@@ -34,7 +34,7 @@ import numpy as np
 
 from datamodules.core.context import log
 from datamodules.text.store import StoredDocuments, StoreWriter, check_store
-from datamodules.text.vocab import encode_with, truncate
+from datamodules.text.vocab import append_eos, encode_with, truncate
 
 __all__ = [
     "ChunkWhere",
@@ -74,16 +74,27 @@ def _init_worker(tokenizer: Any) -> None:
     _WORKER_TOKENIZER = tokenizer
 
 
-def _encode_in_worker(job: tuple[list[str], ChunkWhere, int | None, str]) -> Encoded:
-    texts, where, max_length, side = job
-    return encode(_WORKER_TOKENIZER, texts, where, max_length, side)
+def _encode_in_worker(
+    job: tuple[list[str], ChunkWhere, int | None, str, int | None],
+) -> Encoded:
+    texts, where, max_length, side, eos_id = job
+    return encode(_WORKER_TOKENIZER, texts, where, max_length, side, eos_id)
 
 
 def encode(
-    tokenizer: Any, texts: list[str], where: Any, max_length: int | None, side: str
+    tokenizer: Any,
+    texts: list[str],
+    where: Any,
+    max_length: int | None,
+    side: str,
+    eos_id: int | None = None,
 ) -> Encoded:
-    """One chunk's flat ids and lengths, truncated to ``max_length``."""
+    """One chunk's flat ids and lengths: with ``eos_id``, each document ends with it (appended
+    where it does not); then truncated to ``max_length`` (the end-of-text id counts, and a
+    document cut on the right loses it: it does not end there)."""
     flat, lengths = encode_with(tokenizer, texts, where)
+    if eos_id is not None:
+        flat, lengths = append_eos(flat, lengths, eos_id)
     if max_length is not None:
         flat, lengths = truncate(flat, lengths, max_length, side)
     return flat, lengths
@@ -106,6 +117,7 @@ def tokenize_chunks(
     workers: int,
     max_length: int | None,
     side: str,
+    eos_id: int | None = None,
 ) -> Iterator[tuple[Any, Encoded]]:
     """Tokenizes chunks in order: yields ``(tag, (flat, lengths))`` for each
     ``(texts, where, tag)`` of ``jobs``, with a few chunks in flight (never the corpus)."""
@@ -114,7 +126,7 @@ def tokenize_chunks(
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenize") as pool:
 
             def in_thread(texts: list[str], where: ChunkWhere) -> Callable[[], Encoded]:
-                return pool.submit(encode, tokenizer, texts, where, max_length, side).result
+                return pool.submit(encode, tokenizer, texts, where, max_length, side, eos_id).result
 
             yield from _in_order(in_thread, jobs, threads)
         return
@@ -125,7 +137,7 @@ def tokenize_chunks(
     with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
 
         def in_process(texts: list[str], where: ChunkWhere) -> Callable[[], Encoded]:
-            job = (texts, where, max_length, side)
+            job = (texts, where, max_length, side, eos_id)
             return pool.apply_async(_encode_in_worker, (job,)).get
 
         yield from _in_order(in_process, jobs, 2 * workers)
@@ -244,6 +256,7 @@ def write_documents(
     max_length: int | None,
     side: str,
     progress: Progress,
+    eos_id: int | None = None,
 ) -> dict[int, list[Any]]:
     """Tokenizes ``(file, Chunk)`` pairs into ``writer``; returns each file's raw labels (None
     for a record without one), in document order."""
@@ -253,7 +266,7 @@ def write_documents(
         for file, chunk in chunks:
             yield chunk.texts, ChunkWhere(names[file], chunk.lines), (file, chunk)
 
-    encoded = tokenize_chunks(tokenizer, jobs(), workers, max_length, side)
+    encoded = tokenize_chunks(tokenizer, jobs(), workers, max_length, side, eos_id)
     for (file, chunk), (flat, lengths) in encoded:
         writer.add(flat, lengths, file, chunk.lines)
         got = chunk.labels if chunk.labels is not None else [None] * len(chunk.texts)

@@ -10,12 +10,16 @@ as every dtype. It uses two facts of little-endian token ids:
 * **Ids are in** ``[0, 2**24)``: no tokenizer has 16.7 million tokens. A sampled id outside
   that range (or at or above a given ``vocab_size``) means the dtype is wrong; the error names
   the dtype under which the same bytes do fit, if one does.
-* **The high half of a real id is almost always zero**: a file of 32-bit ids below 65,536 read
-  as 16-bit shows each id as a pair ``(id, 0)``. When at least 3/4 of the sampled pairs have a
-  zero second half while at most 1/4 have a zero first half, the file holds wider ids (the
-  same test on groups of four finds 64-bit ids). In a file of real 16-bit ids both halves of a
-  pair are ids alike, so their zero counts are alike (zeros of padding too): no false alarm.
-  Judged on :data:`MIN_PAIRS` pairs or more only (a tiny file is not judged).
+* **The high half of a real id is almost always zero, and always small**: a file of 32-bit ids
+  below 65,536 read as 16-bit shows each id as a pair ``(id, 0)``. When at least 3/4 of the
+  sampled pairs have a zero second half while at most 1/4 have a zero first half, the file
+  holds wider ids (the same test on groups of four finds 64-bit ids). A larger vocabulary
+  (Llama 3's 128,256 ids, half of them at or above 65,536) gives pairs ``(low, 0 or 1)``: a
+  second half below :data:`SMALL` (256, as for any id below 2**24) in at least 95% of the
+  pairs, while at most half of the first halves are, is the same sign. In a file of real
+  16-bit ids both halves of a pair are ids alike, so their counts of zeros and of small values
+  are alike (zeros of padding, a small vocabulary's ids too): no false alarm. Judged on
+  :data:`MIN_PAIRS` pairs or more only (a tiny file is not judged).
 
 The sample can miss an id: at or above ``vocab_size``, it is caught exactly where the whole
 file is read anyway (a flat file's scan for ``eos_id``; ``dm.vocab_size``, which reads a
@@ -26,7 +30,16 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LIMIT", "MIN_PAIRS", "WINDOW", "WINDOWS", "check_ids", "check_vocab", "sample"]
+__all__ = [
+    "LIMIT",
+    "MIN_PAIRS",
+    "SMALL",
+    "WINDOW",
+    "WINDOWS",
+    "check_ids",
+    "check_vocab",
+    "sample",
+]
 
 #: Token ids are below this in every vocabulary (16.7M).
 LIMIT = 1 << 24
@@ -36,6 +49,9 @@ WINDOWS = 64
 WINDOW = 4096
 #: Pairs (or groups of four) the structural test needs to judge.
 MIN_PAIRS = 256
+#: The high part of an id below 2**24 read as 16-bit parts is below this (a 128k vocabulary's
+#: is 0 or 1).
+SMALL = 256
 #: Dtypes a suggestion may name, in the order tried.
 _SUGGESTED = ("uint16", "uint32", "int64")
 
@@ -55,8 +71,9 @@ def _as(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return raw[: len(raw) - len(raw) % dtype.itemsize].view(dtype)
 
 
-def _wider(raw: np.ndarray, dtype: np.dtype, nbytes: int) -> np.dtype | None:
-    """The wider dtype the file holds when ``dtype`` shows the high parts of its ids as ids."""
+def _wider(raw: np.ndarray, dtype: np.dtype, nbytes: int) -> tuple[np.dtype, str] | None:
+    """The wider dtype the file holds when ``dtype`` shows the high parts of its ids as ids,
+    and why (see the module docstring); None when the sample looks like ``dtype``'s own ids."""
     unsigned = _as(raw, np.dtype(f"<u{dtype.itemsize}"))
     for group in (4, 2):
         wide = dtype.itemsize * group
@@ -65,10 +82,22 @@ def _wider(raw: np.ndarray, dtype: np.dtype, nbytes: int) -> np.dtype | None:
         rows = unsigned[: len(unsigned) - len(unsigned) % group].reshape(-1, group)
         if len(rows) < MIN_PAIRS:
             continue
+        wider = np.dtype(f"uint{wide * 8}" if wide < 8 else "int64")
         high_zero = float((rows[:, 1:] == 0).all(axis=1).mean())
         low_zero = float((rows[:, 0] == 0).mean())
         if high_zero >= 0.75 and low_zero <= 0.25:
-            return np.dtype(f"uint{wide * 8}" if wide < 8 else "int64")
+            return wider, (
+                f"nearly every group of {group} is an id followed by zeros: {high_zero:.0%} of "
+                f"{len(rows)} sampled groups, against {low_zero:.0%} starting with a zero"
+            )
+        high_small = float((rows[:, 1:] < SMALL).all(axis=1).mean())
+        low_small = float((rows[:, 0] < SMALL).mean())
+        if high_small >= 0.95 and low_small <= 0.5:
+            return wider, (
+                f"in {high_small:.0%} of {len(rows)} sampled groups of {group} the parts after "
+                f"the first are below {SMALL}, as the high parts of ids below 2**24 are, against "
+                f"{low_small:.0%} of the first parts"
+            )
     return None
 
 
@@ -113,12 +142,12 @@ def check_ids(
     raw = sample(tokens)
     ids = _as(raw, dtype)
     if given:
-        wider = _wider(raw, dtype, nbytes)
-        if wider is not None:
+        found = _wider(raw, dtype, nbytes)
+        if found is not None:
+            wider, why = found
             raise ValueError(
-                f"{name}: read as {dtype.name}, the sampled ids look like {wider.name} ids "
-                f"(nearly every group of {wider.itemsize // dtype.itemsize} is an id followed by "
-                f"zeros): is dtype={wider.name!r} right?"
+                f"{name}: read as dtype={dtype.name!r}, the sampled ids look like {wider.name} "
+                f"ids ({why}): is dtype={wider.name!r} right?"
             )
     if not len(ids):
         return
@@ -128,7 +157,7 @@ def check_ids(
         seen = low if low < 0 else high
         suggested = _fitting(raw, dtype, nbytes, top) if given else None
         raise ValueError(
-            f"{name}: read as {dtype.name}, a sample of its ids holds {seen}, outside the "
+            f"{name}: read as dtype={dtype.name!r}, a sample of its ids holds {seen}, outside the "
             f"usual range of token ids [0, {LIMIT}){_hint(suggested)}"
         )
     if vocab_size is not None and high >= vocab_size:

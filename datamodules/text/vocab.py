@@ -25,6 +25,7 @@ __all__ = [
     "LEVELS",
     "Vocabulary",
     "Where",
+    "append_eos",
     "describe_tokenizer",
     "encode_with",
     "tokenizer_fingerprint",
@@ -205,6 +206,17 @@ def _flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
     return flat, lengths
+
+
+def append_eos(flat: np.ndarray, lengths: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Appends ``eos_id`` to every non-empty sample of a flat buffer that does not already end
+    with it (Megatron's ``--append-eod``)."""
+    ends = np.cumsum(lengths)
+    missing = lengths > 0
+    missing[missing] = flat[ends[missing] - 1] != eos_id
+    if not missing.any():
+        return flat, lengths
+    return np.insert(flat, ends[missing], eos_id), lengths + missing
 
 
 def truncate(

@@ -41,16 +41,20 @@ LABEL_NAMES = ("y", "label", "labels", "target", "targets")
 
 # ---------------------------------------------------------------------- descriptions
 def _flatten(batch: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(name, leaf) pairs of a nested batch; tuple positions are named by their index."""
+    """(name, leaf) pairs of a nested batch; tuple positions are named by their index.
+
+    A list or tuple that holds no tensor or nested structure (scalars, bytes, images) or only
+    dicts (a batch's per-sample records) is one leaf: one line, not one per sample.
+    """
     if isinstance(batch, dict):
         items = [(f"{prefix}{k}", v) for k, v in batch.items()]
-    elif isinstance(batch, (list, tuple)) and not _is_sequence_of_scalars(batch):
+    elif isinstance(batch, (list, tuple)) and not _is_leaf_sequence(batch):
         items = [(f"{prefix}{i}", v) for i, v in enumerate(batch)]
     else:
         return [(prefix or "batch", batch)]
     out: list[tuple[str, Any]] = []
     for name, value in items:
-        if isinstance(value, (dict, list, tuple)) and not _is_sequence_of_scalars(value):
+        if isinstance(value, (dict, list, tuple)) and not _is_leaf_sequence(value):
             out.extend(_flatten(value, f"{name}."))
         else:
             out.append((name, value))
@@ -61,6 +65,29 @@ def _is_sequence_of_scalars(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(
         isinstance(v, (int, float, str, bool)) for v in value
     )
+
+
+def _is_leaf_sequence(value: Any) -> bool:
+    """Whether a list or tuple is described on one line (see :func:`_flatten`)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return isinstance(value, (list, tuple))
+    if all(isinstance(v, dict) for v in value):
+        return True
+    return not any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in value)
+
+
+def _sequence_text(value: list[Any] | tuple[Any, ...]) -> str:
+    """``list of 32``, ``list of 2 bytes`` or ``list of 32 dict, keys id, text``."""
+    text = f"{type(value).__name__} of {len(value)}"
+    if _is_sequence_of_scalars(value):
+        return text
+    kinds = {type(v).__name__ for v in value}
+    if len(kinds) == 1:
+        text += f" {kinds.pop()}"
+    if value and all(isinstance(v, dict) for v in value):
+        keys = dict.fromkeys(k for v in value for k in v)
+        text += ", keys " + ", ".join(str(k) for k in keys)
+    return text
 
 
 def describe_batch(batch: Any) -> list[str]:
@@ -74,7 +101,7 @@ def describe_batch(batch: Any) -> list[str]:
                 text += f", values in [{flat.min().item():.4g}, {flat.max().item():.4g}]"
             lines.append(text)
         elif isinstance(value, (list, tuple)):
-            lines.append(f"{name}: {type(value).__name__} of {len(value)}")
+            lines.append(f"{name}: {_sequence_text(value)}")
         else:
             lines.append(f"{name}: {type(value).__name__}")
     return lines

@@ -33,7 +33,14 @@ from datamodules.core.base import BaseDataModule
 from datamodules.tools.descriptions import describe_batch
 from datamodules.tools.figures import PlotsUnavailable
 
-__all__ = ["PROG", "build_parser", "expand_config", "main", "progress_step", "split_argument"]
+__all__ = [
+    "PROG",
+    "build_parser",
+    "expand_config",
+    "main",
+    "progress_step",
+    "split_argument",
+]
 
 PROG = "python -m datamodules inspect"
 
@@ -152,9 +159,9 @@ def expand_config(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs ``inspect``; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = expand_config(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    cfg = parser.parse_args(expand_config(argv))
+    cfg = parser.parse_args(argv)
     package_log = logging.getLogger("datamodules")
     level = package_log.level
     package_log.setLevel(logging.WARNING)  # the summary is printed below, not logged

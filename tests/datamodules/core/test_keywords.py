@@ -14,6 +14,7 @@ import torch
 from datamodules import (
     BaseDataModule,
     ImageFolderDataModule,
+    Source,
     StreamingDataModule,
     TensorDataModule,
     TextDataModule,
@@ -107,3 +108,16 @@ def test_a_datamodule_may_also_be_an_abc() -> None:
     with pytest.raises(TypeError, match="abstract"):
         Abstract()
     assert Concrete(val_split=0).setup() is None
+
+
+def test_a_mistyped_source_keyword_names_the_nearest_name() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^Source\(\) got an unexpected keyword argument 'wieght': did you mean 'weight'\?$",
+    ):
+        Source("a.bin", wieght=2)
+    with pytest.raises(TypeError, match=r"'nmae': did you mean 'name'\?$"):
+        Source(files="a.bin", nmae="x")
+    source = Source("a.bin", weight=2, name="a")  # the accepted names still pass
+    assert (source.files, source.weight, source.repeat, source.name) == ("a.bin", 2, None, "a")
+    assert list(inspect.signature(Source).parameters) == ["files", "weight", "repeat", "name"]

@@ -53,6 +53,27 @@ def same_both_ways(dm: StreamingDataModule, **kwargs: Any) -> list:
     return columns
 
 
+def test_token_labels_pad_with_minus_100_both_ways(tmp_path: Path) -> None:
+    # -100 is what cross_entropy ignores; 0 would be a real token id to the loss.
+    records = [
+        {"id": i, "input_ids": list(range(1, i + 2)), "labels": list(range(11, i + 12))}
+        for i in range(3)
+    ]
+    write_jsonl(tmp_path / "a.jsonl", records)
+    dm = StreamingDataModule(tmp_path / "a.jsonl", batch_size=3, shuffle_buffer=0,
+                             index_cache=False)  # fmt: skip
+    (batch,) = same_both_ways(dm)
+    order = batch["id"].tolist()
+    assert sorted(order) == [0, 1, 2]
+    width = {0: [11, -100, -100], 1: [11, 12, -100], 2: [11, 12, 13]}
+    assert batch["labels"].tolist() == [width[i] for i in order]
+    ids = {0: [1, 0, 0], 1: [1, 2, 0], 2: [1, 2, 3]}
+    assert batch["input_ids"].tolist() == [ids[i] for i in order]
+    from datamodules.streaming.datamodule import stream_collate
+
+    assert stream_collate(records)["labels"].tolist() == list(width.values())
+
+
 RICH = [
     {"id": 0, "n": 3, "x": 0.25, "ok": True, "name": "a", "tokens": [1, 2, 3],
      "w": [0.5, 1.5], "labels": [7, 8], "attention_mask": [1, 1], "empty": []},

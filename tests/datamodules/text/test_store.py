@@ -343,7 +343,7 @@ class TestArguments:
             ({"token_cache": 3}, TypeError, "token_cache=3"),
             ({"tokenize_workers": -1}, ValueError, "tokenize_workers=-1"),
             ({"tokenize_workers": "many"}, ValueError, "tokenize_workers='many'"),
-            ({"eos_id": 0}, ValueError, "dtype= and eos_id= describe token_files="),
+            ({"dtype": "uint16"}, ValueError, "dtype= describes token_files="),
             ({"storage_options": "x"}, TypeError, "storage_options='x'"),
             ({"retries": -1}, ValueError, "retries=-1"),
             ({"train_file": "data/*.jsonl", "texts": ["a"]}, ValueError, "not both"),

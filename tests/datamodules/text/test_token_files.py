@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from datamodules import TextDataModule
-from tests.datamodules.text.store_data import stored_ids
+from tests.datamodules.text.store_data import bpe, corpus, stored_ids
 
 
 def documents(n: int = 40, seed: int = 0) -> list[list[int]]:
@@ -174,6 +174,20 @@ def flat_ids(n: int, vocab: int, eos: int, zeros: float = 0.0, seed: int = 0) ->
     return ids
 
 
+def vocab_ids(n: int, vocab: int, spread: str, seed: int = 0) -> np.ndarray:
+    """``n`` ids below ``vocab``, the last id every ~100 (an eos). ``uniform``: any id alike;
+    ``zipf``: Zipf-distributed ranks (as a tokenizer's token frequencies are) over a random
+    order of the ids; ``low``: the same ranks with the frequent ids lowest."""
+    generator = np.random.default_rng(seed)
+    if spread == "uniform":
+        ids = generator.integers(0, vocab - 1, n)
+    else:
+        ranks = np.minimum(generator.zipf(1.2, n) - 1, vocab - 2)
+        ids = ranks if spread == "low" else generator.permutation(vocab - 1)[ranks]
+    ids[generator.random(n) < 0.01] = vocab - 1
+    return ids
+
+
 def setup_flat(path: Path, **kwargs) -> TextDataModule:
     dm = TextDataModule(token_files=path, val_split=0, num_workers=0, **kwargs)
     dm.setup("fit")
@@ -203,11 +217,11 @@ class TestChecks:
     @pytest.mark.parametrize(
         ("stored", "given", "match"),
         [
-            (np.uint32, None, r"read as uint16, the sampled ids look like uint32 ids"),
-            (np.int64, None, r"read as uint16, the sampled ids look like int64 ids"),
-            (np.int64, "uint32", r"read as uint32, the sampled ids look like int64 ids"),
-            (np.uint16, "uint32", r"read as uint32, .* outside the usual range of token ids"),
-            (np.uint16, "int64", r"read as int64, .* outside the usual range of token ids"),
+            (np.uint32, None, r"read as dtype='uint16', the sampled ids look like uint32 ids"),
+            (np.int64, None, r"read as dtype='uint16', the sampled ids look like int64 ids"),
+            (np.int64, "uint32", r"read as dtype='uint32', the sampled ids look like int64 ids"),
+            (np.uint16, "uint32", r"read as dtype='uint32', .* outside the usual range of token"),
+            (np.uint16, "int64", r"read as dtype='int64', .* outside the usual range of token"),
         ],
     )
     def test_a_flat_file_read_with_another_dtype_raises_naming_its_own(
@@ -230,6 +244,46 @@ class TestChecks:
         ids.astype(dtype).tofile(tmp_path / "a.bin")
         dm = setup_flat(tmp_path / "a.bin", eos_id=vocab - 1, dtype=np.dtype(dtype).name)
         assert dm.dataset.num_tokens == 300_000 and dm.vocab_size == vocab
+
+    @pytest.mark.parametrize("spread", ["uniform", "zipf"])
+    @pytest.mark.parametrize(("stored", "group"), [(np.uint32, 2), (np.int64, 4)])
+    def test_a_128k_vocabulary_read_narrow_is_refused(self, tmp_path, spread, stored, group):
+        # Llama 3's 128,256 ids: about half at or above 65,536, so a high half is 0 or 1, not
+        # mostly 0 as below 65,536; it is below 256 in every pair, the low half rarely.
+        ids = vocab_ids(200_000, 128_256, spread)
+        assert 0.3 < float((ids >= 1 << 16).mean()) < 0.7
+        ids.astype(stored).tofile(tmp_path / "a.bin")
+        right = np.dtype(stored).name
+        with pytest.raises(
+            ValueError,
+            match=rf"a\.bin: read as dtype='uint16', the sampled ids look like {right} ids \(in "
+            rf"100% of \d+ sampled groups of {group} the parts after the first are below 256, "
+            rf"as the high parts of ids below 2\*\*24 are, against 0% of the first parts\): "
+            rf"is dtype='{right}' right\?",
+        ):
+            setup_flat(tmp_path / "a.bin", eos_id=128_000, dtype="uint16")
+        dm = setup_flat(tmp_path / "a.bin", eos_id=128_000, dtype=right)
+        assert dm.dataset.num_tokens == 200_000
+
+    @pytest.mark.parametrize(
+        ("vocab", "spread"), [(50_257, "zipf"), (50_257, "low"), (300, "zipf")]
+    )
+    def test_real_16_bit_ids_of_any_spread_pass(self, tmp_path, vocab, spread):
+        # GPT-2's vocabulary (nanoGPT's train.bin) with frequent ids anywhere or all below
+        # 256, and a small vocabulary whose ids are nearly all below 256: no false alarm.
+        ids = vocab_ids(300_000, vocab, spread)
+        ids.astype(np.uint16).tofile(tmp_path / "a.bin")
+        dm = setup_flat(tmp_path / "a.bin", eos_id=vocab - 1, dtype="uint16")
+        assert dm.dataset.num_tokens == 300_000
+
+    def test_real_text_of_a_small_bpe_passes(self, tmp_path):
+        tokenizer = bpe(corpus(400), vocab_size=300)
+        ids = [i for e in tokenizer.encode_batch(corpus(400, seed=1)) for i in e.ids + [299]]
+        assert len(ids) > 1024 and max(ids) < 300
+        np.asarray(ids, dtype=np.uint16).tofile(tmp_path / "a.bin")
+        assert setup_flat(tmp_path / "a.bin", eos_id=299, dtype="uint16").dataset.num_tokens == (
+            len(ids)
+        )
 
     def test_an_eos_id_that_never_occurs_warns_with_the_document_count(self, tmp_path):
         flat_ids(5000, 1001, 1000).astype(np.uint16).tofile(tmp_path / "a.bin")
