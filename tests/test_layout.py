@@ -8,13 +8,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming")
+KINDS = ("tensor", "images", "text", "streaming", "chat")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
-#: only through it). Each maps to the layers it may import, besides core and collates: the
-#: shard layer sits on remote reads and imaging, which sit on core alone.
-LAYERS = {"remote": (), "imaging": (), "shards": ("remote", "imaging")}
+#: only through it), and tokens (the token store, its inputs, packing and blends: text and
+#: chat). Each maps to the layers it may import, besides core and collates: the shard layer
+#: sits on remote reads and imaging, which sit on core alone; tokens sit on the shard layer.
+LAYERS = {
+    "remote": (),
+    "imaging": (),
+    "shards": ("remote", "imaging"),
+    "tokens": ("shards", "remote", "imaging"),
+}
 SHARED = tuple(LAYERS)
 #: Modules of the shard layer that parse a file format: nothing outside it may parse one.
 PARSERS = ("csv", "json", "orjson", "tarfile", "pyarrow.parquet", "pyarrow.json")
@@ -145,8 +151,8 @@ def parsers_imported(path: Path) -> set[str]:
 #: fingerprints (the token store's metadata, a tokenizer's fingerprint, a split's listing), never
 #: for reading records.
 OWN_JSON = {
-    "datamodules.text.store",
-    "datamodules.text.vocab",
+    "datamodules.tokens.store",
+    "datamodules.tokens.vocab",
     "datamodules.streaming.splits",
     "datamodules.streaming.engine.position",
 }
@@ -154,7 +160,7 @@ OWN_JSON = {
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in MODULES if area(module_name(p)) in ("text", "streaming")],
+    [p for p in MODULES if area(module_name(p)) in ("text", "streaming", "tokens", "chat")],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_data_kinds_read_files_only_through_the_shard_layer(path: Path) -> None:

@@ -9,10 +9,10 @@ arguments in ``__init__`` and, in ``setup``, gives each split its documents:
   vocabularies (``tokenizer="char"`` / ``"word"``, built from the train split) or with
   ``token_cache=False``;
 * files (``train_file`` / ``val_file`` / ``test_file``) and a Hugging Face ``datasets.Dataset``
-  given as ``texts``, with your tokenizer: the token store (:mod:`datamodules.text.store`),
+  given as ``texts``, with your tokenizer: the token store (:mod:`datamodules.tokens.store`),
   tokenized once and memory-mapped by every later setup, run and rank;
 * ``token_files``: a Megatron-LM dataset or a flat token file, mapped as it is
-  (:mod:`datamodules.text.token_files`).
+  (:mod:`datamodules.tokens.token_files`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from datamodules.core.samplers import current_rank_and_world
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
-from datamodules.text.blends import check_blend
-from datamodules.text.inputs import (
+from datamodules.text.readers import labels_of, read_text_files, records_from_memory
+from datamodules.tokens.blends import check_blend
+from datamodules.tokens.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
     SPLIT_FILES,
@@ -36,17 +37,16 @@ from datamodules.text.inputs import (
     read_documents,
     table_labels,
 )
-from datamodules.text.readers import labels_of, read_text_files, records_from_memory
-from datamodules.text.store import StoredDocuments, StoreWriter, store_key, token_dtype
-from datamodules.text.store_build import (
+from datamodules.tokens.store import StoredDocuments, StoreWriter, store_key, token_dtype
+from datamodules.tokens.store_build import (
     Progress,
     log_built,
     open_or_build,
     resolve_workers,
     write_documents,
 )
-from datamodules.text.token_files import FLAT_DTYPES, read_token_files
-from datamodules.text.vocab import tokenizer_fingerprint, tokenizer_vocab_size
+from datamodules.tokens.token_files import FLAT_DTYPES, read_token_files
+from datamodules.tokens.vocab import tokenizer_fingerprint, tokenizer_vocab_size
 
 __all__ = ["TextCorpus", "default_token_cache", "is_dataset"]
 

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from datamodules.core.context import log
-from datamodules.text.store import StoredDocuments, StoreWriter, check_store
-from datamodules.text.vocab import encode_with, truncate
+from datamodules.tokens.store import StoredDocuments, StoreWriter, check_store
+from datamodules.tokens.vocab import encode_with, truncate
 
 __all__ = [
     "ChunkWhere",
@@ -206,7 +206,7 @@ def open_or_build(
 ) -> StoredDocuments:
     """The store at ``path``, mapped; built by ``build()`` first when missing or broken.
 
-    ``build()`` writes the store (a :class:`~datamodules.text.store.StoreWriter` renames it
+    ``build()`` writes the store (a :class:`~datamodules.tokens.store.StoreWriter` renames it
     into place) and is called under the machine's lock, by one process.
     """
     meta, _ = check_store(path)
