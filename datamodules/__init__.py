@@ -15,6 +15,7 @@ from datamodules.core.lazy import lazy_exports
 
 __all__ = [
     "BaseDataModule",
+    "ChatDataModule",
     "DataWaitMonitor",
     "ImageFolderDataModule",
     "Source",
@@ -26,6 +27,7 @@ __all__ = [
 #: Where each public name is defined.
 _HOMES = {
     "BaseDataModule": "datamodules.core.base",
+    "ChatDataModule": "datamodules.chat.datamodule",
     "DataWaitMonitor": "datamodules.tools.monitor",
     "ImageFolderDataModule": "datamodules.images.datamodule",
     "Source": "datamodules.core.sources",
@@ -35,6 +37,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from datamodules.chat.datamodule import ChatDataModule
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source
     from datamodules.images.datamodule import ImageFolderDataModule
