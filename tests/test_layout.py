@@ -12,14 +12,16 @@ KINDS = ("tensor", "images", "text", "streaming", "chat")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
-#: only through it), and tokens (the token store, its inputs, packing and blends: text and
-#: chat). Each maps to the layers it may import, besides core and collates: the shard layer
-#: sits on remote reads and imaging, which sit on core alone; tokens sit on the shard layer.
+#: only through it), tokens (the token store, its inputs, packing and blends: text and chat)
+#: and conversations (chat templates and loss masks: chat and image-text). Each maps to the
+#: layers it may import, besides core and collates: the shard layer sits on remote reads and
+#: imaging, which sit on core alone; tokens and conversations may sit on the shard layer.
 LAYERS = {
     "remote": (),
     "imaging": (),
     "shards": ("remote", "imaging"),
     "tokens": ("shards", "remote", "imaging"),
+    "conversations": ("shards", "remote", "imaging"),
 }
 SHARED = tuple(LAYERS)
 #: Modules of the shard layer that parse a file format: nothing outside it may parse one.
@@ -114,6 +116,8 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert not allowed("imaging", "images") and not allowed("imaging", "remote")
     assert not allowed("core", "remote") and not allowed("collates", "remote")
     assert not allowed("core", "imaging") and not allowed("collates", "imaging")
+    assert allowed("text", "conversations") and allowed("conversations", "shards")
+    assert not allowed("conversations", "text") and not allowed("shards", "conversations")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.chat.records import RecordChunk
-from datamodules.chat.standin import ConversationError
+from datamodules.conversations import ConversationError
 from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
 from datamodules.tokens.store_build import Progress, _in_order, log_built, open_or_build

@@ -32,8 +32,8 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from datamodules.chat.corpus import ChatCorpus, is_dataset
-from datamodules.chat.standin import ChatRenderer
 from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
+from datamodules.conversations import ChatRenderer
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
