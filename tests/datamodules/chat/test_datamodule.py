@@ -12,7 +12,14 @@ import torch
 from datamodules import ChatDataModule
 from datamodules.chat import build
 from tests.datamodules.chat.chat_data import CHATML, arithmetic, chat_tokenizer, raw_tokenizer
-from tests.datamodules.contract import ContractCase, DataModuleContract
+from tests.datamodules.contract import (
+    ContractCase,
+    DataModuleContract,
+    quiet_trainer,
+    run_ddp,
+    split_ids,
+)
+from tests.recording import RecordingModel
 
 N = 54  # 43 train conversations with val_split=0.2: odd, so DDP shares differ by one
 
@@ -62,6 +69,34 @@ class TestChatContract(DataModuleContract):
             num_samples=N,
             ddp_factory="tests.datamodules.chat.test_datamodule:ddp_datamodule",
         )
+
+    #: One DDP launch here (each process imports transformers): the contract's 2-rank run, then
+    #: the elastic resume on 1 rank in this process (3 ranks are the text contract's).
+    test_ddp_two_processes_disjoint_complete_even_and_resume_on_3_and_1 = None
+
+    def test_ddp_two_processes_disjoint_complete_even_and_resume_on_1(
+        self, case: ContractCase, tmp_path: Any
+    ) -> None:
+        checkpoints = tmp_path / "checkpoints"
+        ranks = run_ddp(case, tmp_path / "two", extra=("--ckpt-dir", str(checkpoints)))
+        dm, ids_of = ddp_datamodule()
+        dm.setup("fit")
+        assert [r["world"] for r in ranks] == [2, 2]
+        for stage in ("train", "val"):
+            for epoch in range(2):
+                per_rank = [r[stage][epoch] for r in ranks]
+                assert len(per_rank[0]) == len(per_rank[1]), f"{stage}: uneven batch counts"
+                seen = [[i for b in batches for i in b] for batches in per_rank]
+                assert not set(seen[0]) & set(seen[1])
+                assert sorted(seen[0] + seen[1]) == split_ids(dm, stage)
+        train, step = split_ids(dm, "train"), 2
+        seen = [i for r in ranks for batch in r["train"][0][:step] for i in batch]
+        model = RecordingModel(ids_of)
+        ckpt = checkpoints / f"epoch=0-step={step}.ckpt"
+        quiet_trainer(max_epochs=2).fit(model, datamodule=dm, ckpt_path=ckpt)
+        epochs = model.train_epochs()
+        assert sorted(seen + [i for batch in epochs[0] for i in batch]) == train
+        assert sorted(i for batch in epochs[1] for i in batch) == train
 
 
 def expected_labels(tokenizer: Any, record: dict[str, Any], train_on: str = "assistant") -> list:
