@@ -21,10 +21,12 @@ Which tokens are trained (the rules, :data:`RULES_VERSION`):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,25 @@ RULES_VERSION = 1
 #: The accepted values of ``train_on``.
 TRAIN_ON = ("assistant", "last", "all")
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+@functools.cache
+def _renderer() -> dict[str, Any] | None:
+    """transformers' own pieces of ``apply_chat_template``'s rendering (the cached compiled
+    template, the conversion of the messages, the tracked render), so that a record's
+    several renders convert its messages once; None where this transformers lacks one (then
+    its public ``render_jinja_template`` renders the same text, more slowly)."""
+    try:
+        from transformers.utils import chat_template_utils as utils
+
+        return {
+            "compile": utils._compile_jinja_template,
+            "plain": utils._plain_template_data,
+            "alias": utils._alias_reasoning_fields,
+            "track": utils._render_with_assistant_indices,
+        }
+    except (ImportError, AttributeError):  # pragma: no cover - another transformers
+        return None
 
 
 def as_chat_tokenizer(tokenizer: Any) -> Any:
@@ -138,6 +159,10 @@ class ChatRenderer:
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_id if self.eos_id is not None else 0)
         self.vocab_size = len(self.tokenizer)
+        # What apply_chat_template hands the template besides the messages.
+        specials = dict(self.tokenizer.special_tokens_map)
+        private = _renderer()
+        self._template_kwargs = specials if private is None else private["plain"](specials)
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -185,26 +210,47 @@ class ChatRenderer:
 
     # -- rendering -----------------------------------------------------------------------------
 
+    def _prepare(self, messages: list[dict[str, Any]]) -> Any:
+        """``messages`` as transformers' renderer hands them to the template (plain JSON data,
+        reasoning fields aliased), made once per record for all its renders."""
+        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        private = _renderer()
+        return messages if private is None else private["alias"](private["plain"](messages))
+
     def _template(
         self, messages: list[dict[str, Any]], generation_prompt: bool, track: bool = False
     ) -> tuple[str, list[tuple[int, int]]]:
-        """The rendered text (and with ``track`` the generation spans), as
-        ``apply_chat_template`` renders it."""
-        from transformers.utils.chat_template_utils import render_jinja_template
-
+        """The rendered text of prepared ``messages`` (and with ``track`` the generation
+        spans), exactly as ``apply_chat_template`` renders it."""
+        kwargs = self._template_kwargs
+        private = _renderer()
         try:
-            rendered, spans = render_jinja_template(
-                conversations=[messages],
-                chat_template=self.chat_template,
-                return_assistant_tokens_mask=track,
+            if private is None:  # another transformers: its public renderer
+                from transformers.utils.chat_template_utils import render_jinja_template
+
+                rendered, spans = render_jinja_template(
+                    conversations=[messages],
+                    chat_template=self.chat_template,
+                    return_assistant_tokens_mask=track,
+                    add_generation_prompt=generation_prompt,
+                    **kwargs,
+                )
+                return rendered[0], (spans[0] if track else [])
+            compiled = private["compile"](self.chat_template)
+            if track:
+                return private["track"](compiled, messages, None, None, generation_prompt, **kwargs)
+            text = compiled.render(
+                messages=messages,
+                tools=None,
+                documents=None,
                 add_generation_prompt=generation_prompt,
-                **self.tokenizer.special_tokens_map,
+                **kwargs,
             )
+            return text, []
         except Exception as error:  # noqa: BLE001 - a template's raise_exception, a Jinja error
             raise ConversationError(
                 f"the chat template refused the conversation: {error}"
             ) from error
-        return rendered[0], (spans[0] if track else [])
 
     def _encode(
         self, text: str, special: bool = False
@@ -224,8 +270,9 @@ class ChatRenderer:
         else:
             out = tok(text, add_special_tokens=special, return_offsets_mapping=True)
             ids, offsets = out["input_ids"], out["offset_mapping"]
-        spans = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-        return np.asarray(ids, dtype=np.int32), spans[:, 0], spans[:, 1]
+        n = len(ids)
+        flat = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * n)
+        return np.asarray(ids, dtype=np.int32), flat[0::2], flat[1::2]
 
     def _render(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray]:
         messages, first = conversation.messages, conversation.first_trained
@@ -236,6 +283,7 @@ class ChatRenderer:
                 f"nothing to train on under train_on={self.train_on!r}: no assistant message{where}"
             )
         marked = self.marks_generation and self.train_on != "all"
+        messages = self._prepare(messages)
         full, marked_spans = self._template(messages, False, track=marked)
         ids, starts, ends = self._encode(full)
         if self.train_on == "all":
