@@ -25,7 +25,7 @@ from datamodules.chat.records import RecordChunk
 from datamodules.conversations import ConversationError
 from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
-from datamodules.tokens.store_build import Progress, _in_order, log_built, open_or_build
+from datamodules.tokens.store_build import Progress, _in_order, write_store
 
 __all__ = ["Rendered", "build_store", "render_chunk", "render_workers"]
 
@@ -126,43 +126,29 @@ def build_store(
     """The store at ``path``, mapped; rendered into first when missing (see the module
     docstring). ``chunks()`` yields ``(input index, RecordChunk)``; ``ranks`` is
     ``(local rank, global rank)``."""
-    local_rank, rank = ranks
     what = names[0] if len(names) == 1 else f"{len(names)} inputs"
 
-    def build() -> dict[str, Any]:
-        writer = StoreWriter(path, token_dtype(renderer.vocab_size))
-        writer.names = names
-        progress = Progress(rank == 0, what)
+    def fill(writer: StoreWriter, progress: Progress) -> dict[str, Any]:
         first: list[tuple[str, str]] = []
         counts: dict[str, int] = {}
         trained = 0
-        try:
-            empty = np.zeros(0, np.int64)
-            writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
-            jobs = ((c, names[i], on_error, i) for i, c in chunks())
-            for file, (flat, lengths, mask, kept, bad) in _rendered(renderer, jobs, workers):
-                writer.add(flat, lengths, file, kept, mask)
-                trained += int(mask.sum())
-                if bad:
-                    counts[names[file]] = counts.get(names[file], 0) + len(bad)
-                    first.extend(bad[: max(KEEP_MESSAGES - len(first), 0)])
-                progress.update(len(lengths), int(lengths.sum()))
-            meta = {
-                "inputs": material,
-                "files": names,
-                "workers": workers,
-                "skipped": counts,
-                "skipped_first": first,
-                "trained_tokens": trained,
-            }
-            writer.finish(meta)
-        except BaseException:
-            progress.close()
-            writer.abort()
-            raise
-        seconds = progress.close()
-        if rank == 0:
-            log_built(path, progress, seconds)
-        return meta
+        empty = np.zeros(0, np.int64)
+        writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
+        jobs = ((c, names[i], on_error, i) for i, c in chunks())
+        for file, (flat, lengths, mask, kept, bad) in _rendered(renderer, jobs, workers):
+            writer.add(flat, lengths, file, kept, mask)
+            trained += int(mask.sum())
+            if bad:
+                counts[names[file]] = counts.get(names[file], 0) + len(bad)
+                first.extend(bad[: max(KEEP_MESSAGES - len(first), 0)])
+            progress.update(len(lengths), int(lengths.sum()))
+        return {
+            "inputs": material,
+            "files": names,
+            "workers": workers,
+            "skipped": counts,
+            "skipped_first": first,
+            "trained_tokens": trained,
+        }
 
-    return open_or_build(path, build, local_rank)
+    return write_store(path, token_dtype(renderer.vocab_size), names, what, fill, ranks)

@@ -40,10 +40,9 @@ from datamodules.tokens.inputs import (
 from datamodules.tokens.store import StoredDocuments, StoreWriter, store_key, token_dtype
 from datamodules.tokens.store_build import (
     Progress,
-    log_built,
-    open_or_build,
     resolve_workers,
     write_documents,
+    write_store,
 )
 from datamodules.tokens.token_files import FLAT_DTYPES, read_token_files
 from datamodules.tokens.vocab import tokenizer_fingerprint, tokenizer_vocab_size
@@ -231,38 +230,25 @@ class TextCorpus:
         self, material: dict[str, Any], names: list[str], chunks: Any, what: str
     ) -> StoredDocuments:
         path = os.path.join(self.store_directory(), store_key(material))
-        local_rank, rank = self._ranks()
 
-        def build() -> dict[str, Any]:
-            declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
-            writer = StoreWriter(path, token_dtype(declared))
-            writer.names = names
-            progress = Progress(rank == 0, what)
+        def fill(writer: StoreWriter, progress: Progress) -> dict[str, Any]:
             workers = resolve_workers(self.tokenize_workers, self.tokenizer)
-            try:
-                per_file = write_documents(
-                    writer,
-                    chunks(),
-                    self.tokenizer,
-                    names,
-                    workers,
-                    self.max_length,
-                    self.truncation_side,
-                    progress,
-                )
-                meta = {"inputs": material, "files": names, "workers": workers}
-                meta.update(self._store_labels(writer, names, per_file))
-                writer.finish(meta)
-            except BaseException:
-                progress.close()
-                writer.abort()
-                raise
-            seconds = progress.close()
-            if rank == 0:
-                log_built(path, progress, seconds)
+            per_file = write_documents(
+                writer,
+                chunks(),
+                self.tokenizer,
+                names,
+                workers,
+                self.max_length,
+                self.truncation_side,
+                progress,
+            )
+            meta = {"inputs": material, "files": names, "workers": workers}
+            meta.update(self._store_labels(writer, names, per_file))
             return meta
 
-        return open_or_build(path, build, local_rank)
+        declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
+        return write_store(path, token_dtype(declared), names, what, fill, self._ranks())
 
     def _store_labels(
         self, writer: StoreWriter, names: list[str], per_file: dict[int, list[Any]]

@@ -141,3 +141,35 @@ def test_the_checkpoint_is_plain_data_without_the_tokenizer(tmp_path: Path) -> N
         tmp_path / "epoch=0-step=2.ckpt", conversations=numbered(24), tokenizer=chat_tokenizer()
     )
     assert again.packing and again.seq_length == 96 and again.token_cache == str(tmp_path / "c")
+
+
+class _Model(RecordingModel):
+    def __init__(self) -> None:
+        super().__init__(lambda batch: batch["document_ids"].flatten().tolist())
+
+
+def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(tmp_path: Path) -> None:
+    from lightning.pytorch.cli import LightningCLI
+
+    from tests.datamodules.chat.chat_data import CHATML, raw_tokenizer
+
+    raw_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    path = write_jsonl(tmp_path / "chat.jsonl", numbered(12))
+    tokenizer = {
+        "class_path": "transformers.PreTrainedTokenizerFast",
+        "init_args": {"tokenizer_file": str(tmp_path / "tokenizer.json"),
+                      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    }  # fmt: skip
+    args = {
+        "--data.train_file": str(path), "--data.tokenizer": json.dumps(tokenizer),
+        "--data.chat_template": CHATML, "--data.packing": "true", "--data.seq_length": "128",
+        "--data.token_cache": str(tmp_path / "c"), "--data.val_split": "0",
+        "--data.tokenize_workers": "0", "--data.num_workers": "0", "--trainer.max_steps": "2",
+        "--trainer.accelerator": "cpu", "--trainer.logger": "false",
+        "--trainer.enable_checkpointing": "false", "--trainer.enable_progress_bar": "false",
+    }  # fmt: skip
+    flat = [x for kv in args.items() for x in kv]
+    cli = LightningCLI(_Model, ChatDataModule, run=False, args=flat, save_config_callback=None)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 2 and cli.datamodule.seq_length == 128
+    assert cli.datamodule.hparams["chat_template"] == CHATML
