@@ -153,8 +153,7 @@ def parsers_imported(path: Path) -> set[str]:
 
 #: Outside the shard layer, the modules that use JSON for the project's own small files and
 #: fingerprints (the token store's metadata, a tokenizer's fingerprint, a split's listing, the
-#: hash of a list of conversations), never
-#: for reading records.
+#: hash of a list of conversations), never for reading records.
 OWN_JSON = {
     "datamodules.tokens.store",
     "datamodules.tokens.vocab",
