@@ -15,8 +15,8 @@ within each conversation from ``document_ids`` and restarts its rotary positions
 from ``position_ids``. The answers are generated greedily after the ChatML generation prompt,
 up to ``<|im_end|>``.
 
-Run: ``python examples/finetune_chat.py`` (about 3 minutes of training on 2 CPU cores; prints
-the held-out accuracy before and after); ``--max-minutes`` makes it shorter.
+Run: ``python examples/finetune_chat.py`` (3 minutes of training on 2 CPU cores; prints the
+held-out accuracy before and after: 0.0% and 56.2% here); ``--max-minutes`` makes it shorter.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-number", type=int, default=19)
     parser.add_argument("--conversations", type=int, default=20_000)
-    parser.add_argument("--seq-length", type=int, default=256)
+    parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-minutes", type=float, default=3.0)
     parser.add_argument("--max-steps", type=int, default=-1)
