@@ -60,7 +60,7 @@ from bench_text import make_lengths, make_texts  # noqa: E402
 from collates import PackCollate  # noqa: E402
 from datamodules import Source, TextDataModule  # noqa: E402
 from datamodules.core.buckets import BucketBatchSampler  # noqa: E402
-from datamodules.text.packing import PackPlanner  # noqa: E402
+from datamodules.tokens.packing import PackPlanner  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)

@@ -172,7 +172,11 @@ class RowTable:
 
 
 def gather_rows(
-    tokens: np.ndarray, table: RowTable, rows: list[int], pad_id: int = 0
+    tokens: np.ndarray,
+    table: RowTable,
+    rows: list[int],
+    pad_id: int = 0,
+    labels: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The packed batch of ``rows`` of ``table``, read from the flat token buffer.
 
@@ -181,6 +185,9 @@ def gather_rows(
         table: The plan's :class:`RowTable`.
         rows: The rows that make the batch, in batch order (plain ints).
         pad_id: Id written at padding.
+        labels: A flat buffer of labels parallel to ``tokens`` (-100 where nothing is
+            trained), gathered as the ids are; None: the labels are the ids. Either way they
+            are -100 at padding and at each piece's first token.
 
     Returns:
         ``{"input_ids", "position_ids", "document_ids", "labels", "attention_mask"}`` as
@@ -210,14 +217,18 @@ def gather_rows(
         index = source.repeat(length)
         index += slots
         ids = tokens.take(index, mode="clip").astype(np.int64)
+        given = (
+            None if labels is None else labels.take(index, mode="clip").astype(np.int64, copy=False)
+        )
     else:
         ids = np.full(size, pad_id, dtype=np.int64)
+        given = None if labels is None else np.full(size, IGNORE_INDEX, dtype=np.int64)
     in_use = length > 0
     used = length.compress(in_use)
     ends = used.cumsum()
     mask = np.empty(size, dtype=np.int64)
     mask.fill(1)
-    labels = ids.copy()
+    labels = ids.copy() if given is None else given
     if table.padded_rows and not table.padded_rows.isdisjoint(rows):
         # Padding is each row's tail: a few slices, rather than passes over the whole batch.
         ids2, labels2, mask2 = (a.reshape(len(rows), width) for a in (ids, labels, mask))

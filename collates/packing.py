@@ -7,7 +7,8 @@ says where each sequence starts, so attention can stay within it::
     {"input_ids":      LongTensor (R, L),  # pad_id at padding
      "position_ids":   LongTensor (R, L),  # 0, 1, ... within each sequence (piece)
      "document_ids":   LongTensor (R, L),  # the sample's index in the batch; -1 at padding
-     "labels":         LongTensor (R, L),  # input_ids; -100 at padding and at each piece's start
+     "labels":         LongTensor (R, L),  # the samples' labels, else input_ids; -100 at
+                                           # padding and at each piece's start
      "attention_mask": LongTensor (R, L),  # 1 at real tokens
      "cu_seqlens":     IntTensor (S + 1,), # piece offsets in the flattened (R * L,) batch
      "max_seqlen":     int}                # the longest piece
@@ -17,6 +18,11 @@ end of a row is a piece of its own in ``cu_seqlens`` (its position ids count 0, 
 the offsets cover all ``R * L`` tokens. Labels are not shifted (the model shifts, as Hugging
 Face's causal-LM convention does); the -100 at every piece's first token means no token is
 predicted from another sequence.
+
+Samples that are dicts with a ``labels`` field (a prompt-masked copy of their ids, -100 where
+nothing is trained, as a chat's loss mask gives) keep those labels: they are packed as the ids
+are, and get -100 at padding and at each piece's first token too, so a masked prompt stays
+masked. Either every sample of a batch has ``labels`` or none has.
 
 A plan (:mod:`collates.pack_plan`) is laid out once as a row table
 (:class:`collates.pack_rows.RowTable`); a batch of its rows is then one vectorised gather
@@ -63,6 +69,29 @@ def _as_ids(sample: Any, index: int, key: str) -> np.ndarray:
     )
 
 
+def _given_labels(samples: Sequence[Any], arrays: list[np.ndarray]) -> np.ndarray | None:
+    """The samples' own ``labels``, concatenated, or None when no sample has any."""
+    has = [isinstance(s, Mapping) and "labels" in s for s in samples]
+    if not any(has):
+        return None
+    if not all(has):
+        i = has.index(False)
+        raise ValueError(
+            f"pack_collate: sample {i} has no 'labels' but sample {has.index(True)} has: give "
+            "labels in every sample of a batch or in none."
+        )
+    out = []
+    for i, (sample, ids) in enumerate(zip(samples, arrays, strict=True)):
+        labels = _as_ids(sample, i, "labels")
+        if len(labels) != len(ids):
+            raise ValueError(
+                f"pack_collate: sample {i} has {len(labels)} labels for {len(ids)} token ids: "
+                "use one label per token (-100 where nothing is trained)."
+            )
+        out.append(labels)
+    return np.concatenate(out)
+
+
 def pack_collate(
     samples: Sequence[Any],
     seq_length: int | None = None,
@@ -74,7 +103,8 @@ def pack_collate(
 
     Args:
         samples: Token id sequences: 1-D integer tensors, lists or arrays, or dicts with
-            ``key`` (other fields are not used).
+            ``key`` and optionally ``labels`` (one per token, -100 where nothing is trained:
+            kept, see the module docstring); other fields are not used.
         seq_length: Tokens per row; None packs everything into one row ``(1, total)``, the
             layout of transformers' ``DataCollatorWithFlattening``.
         pack_mode: With ``seq_length``: ``"split"`` lays the samples end to end in order and
@@ -88,8 +118,9 @@ def pack_collate(
         The packed batch; ``document_ids`` are the samples' positions in ``samples``.
 
     Raises:
-        ValueError: On an empty batch, a bad ``seq_length`` or ``pack_mode``, or (``"whole"``)
-            a sample longer than ``seq_length``.
+        ValueError: On an empty batch, a bad ``seq_length`` or ``pack_mode``, (``"whole"``)
+            a sample longer than ``seq_length``, or ``labels`` in some samples only or of
+            another length than their ids.
         TypeError: On a sample that is not a sequence of integer ids.
 
     Example:
@@ -103,6 +134,7 @@ def pack_collate(
     if not len(samples):
         raise ValueError("pack_collate: the batch is empty: nothing to pack.")
     arrays = [_as_ids(s, i, key) for i, s in enumerate(samples)]
+    labels = _given_labels(samples, arrays)
     lengths = np.array([len(a) for a in arrays], dtype=np.int64)
     tokens = np.concatenate(arrays)
     offsets = np.cumsum(lengths) - lengths
@@ -128,7 +160,7 @@ def pack_collate(
     if plan.num_rows == 0:  # only empty samples: one row of padding
         plan = PackPlan(plan.doc, plan.start, plan.length, np.zeros(2, np.int64))
     table = RowTable.from_plan(plan, offsets, width)
-    return gather_rows(tokens, table, list(range(plan.num_rows)), pad_id)
+    return gather_rows(tokens, table, list(range(plan.num_rows)), pad_id, labels)
 
 
 def check_pack_options(seq_length: Any, pack_mode: Any, pad_id: Any) -> None:
@@ -152,7 +184,9 @@ class PackCollate:
     batches of ``ceil(tokens / 1024)`` rows (a varying count: the batch is 8 *samples*);
     ``PackCollate()`` gives one flattened row ``(1, total)`` per batch, as transformers'
     ``DataCollatorWithFlattening`` does. See :func:`pack_collate` for the arguments and the
-    module docstring for the keys.
+    module docstring for the keys. Dict samples with a ``labels`` field keep their labels
+    (-100 added at padding and at each piece's first token) instead of labels made from
+    their ids.
 
     Args:
         seq_length: Tokens per row, or None for one flattened row.

@@ -15,6 +15,7 @@ from datamodules.core.lazy import lazy_exports
 
 __all__ = [
     "BaseDataModule",
+    "ChatDataModule",
     "DataWaitMonitor",
     "ImageFolderDataModule",
     "ImageTextDataModule",
@@ -27,6 +28,7 @@ __all__ = [
 #: Where each public name is defined.
 _HOMES = {
     "BaseDataModule": "datamodules.core.base",
+    "ChatDataModule": "datamodules.chat.datamodule",
     "DataWaitMonitor": "datamodules.tools.monitor",
     "ImageFolderDataModule": "datamodules.images.datamodule",
     "ImageTextDataModule": "datamodules.image_text.datamodule",
@@ -37,6 +39,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from datamodules.chat.datamodule import ChatDataModule
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source
     from datamodules.image_text.datamodule import ImageTextDataModule

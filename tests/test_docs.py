@@ -193,6 +193,27 @@ def check_image_text(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert dm.split_size("train") == 12 and len(dm.shards["train"]) == 3
 
 
+def check_pack_labels(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = run()["batch"]
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 0], [8, 9, 4, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7, -100], [-100, -100, 4, -100]]
+
+
+def check_chat_renderer(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    renderer, ids, labels = namespace["renderer"], namespace["input_ids"], namespace["labels"]
+    messages = [
+        {"role": "user", "content": "What is 2 plus 2?"},
+        {"role": "assistant", "content": "It is 4."},
+    ]
+    tok = renderer.tokenizer
+    want = tok.apply_chat_template(messages, chat_template=renderer.chat_template)["input_ids"]
+    assert ids.tolist() == want
+    kept = [i for i in labels if i != -100]
+    assert tok.decode(kept) == "It is 4.<|im_end|>\n"
+    assert labels[: len(ids) - len(kept)] == [-100] * (len(ids) - len(kept))
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -205,6 +226,8 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "image-shards": check_image_shards,
     "image-placeholders": check_image_placeholders,
     "image-text": check_image_text,
+    "pack-labels": check_pack_labels,
+    "chat-renderer": check_chat_renderer,
 }
 
 

@@ -8,19 +8,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming", "image_text")
+KINDS = ("tensor", "images", "text", "streaming", "chat", "image_text")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
-#: only through it). Each maps to the layers it may import, besides core and collates: the
-#: shard layer sits on remote reads and imaging, which sit on core alone.
-#: The stream engine (exactly once, resumable, elastic, mixed) sits on the shard layer; the
-#: stream parts (splits, loaders, image records: what the stream DataModules compose) on it.
+#: only through it), tokenizing (a tokenizer's fixed-length ids and pad id), tokens (the token
+#: store, its inputs, packing and blends: text and chat) and conversations (chat templates and
+#: loss masks: chat and image-text). The stream engine (exactly once, resumable, elastic,
+#: mixed) sits on the shard layer; the stream parts (splits, loaders, image records: what the
+#: stream DataModules compose) on it. Each maps to the layers it may import, besides core and
+#: collates.
 LAYERS = {
     "remote": (),
     "imaging": (),
     "tokenizing": (),
     "shards": ("remote", "imaging"),
+    "tokens": ("shards", "remote", "imaging", "tokenizing"),
+    "conversations": ("shards", "remote", "imaging"),
     "stream_engine": ("remote", "imaging", "shards"),
     "stream_parts": ("remote", "imaging", "shards", "stream_engine"),
 }
@@ -117,6 +121,8 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert not allowed("imaging", "images") and not allowed("imaging", "remote")
     assert not allowed("core", "remote") and not allowed("collates", "remote")
     assert not allowed("core", "imaging") and not allowed("collates", "imaging")
+    assert allowed("text", "conversations") and allowed("conversations", "shards")
+    assert not allowed("conversations", "text") and not allowed("shards", "conversations")
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from datamodules.tools.tuner import choose\n")
     assert imported_modules(bad) == {"datamodules.tools.tuner", "datamodules.tools.tuner.choose"}
@@ -151,11 +157,12 @@ def parsers_imported(path: Path) -> set[str]:
 
 
 #: Outside the shard layer, the modules that use JSON for the project's own small files and
-#: fingerprints (the token store's metadata, a tokenizer's fingerprint, a split's listing), never
-#: for reading records.
+#: fingerprints (the token store's metadata, a tokenizer's fingerprint, a split's listing, the
+#: hash of a list of conversations), never for reading records.
 OWN_JSON = {
-    "datamodules.text.store",
-    "datamodules.text.vocab",
+    "datamodules.tokens.store",
+    "datamodules.tokens.vocab",
+    "datamodules.chat.records",
     "datamodules.stream_parts.splits",
     "datamodules.stream_engine.position",
 }
@@ -167,7 +174,16 @@ OWN_JSON = {
         p
         for p in MODULES
         if area(module_name(p))
-        in ("text", "streaming", "image_text", "stream_engine", "stream_parts", "tokenizing")
+        in (
+            "text",
+            "streaming",
+            "image_text",
+            "stream_engine",
+            "stream_parts",
+            "tokenizing",
+            "tokens",
+            "chat",
+        )
     ],
     ids=lambda p: str(p.relative_to(ROOT)),
 )

@@ -12,7 +12,7 @@ from typing import Any
 from collates.packing import PACK_MODES
 from datamodules.core.buckets import BATCH_BY
 from datamodules.core.checks import check_bool, check_choice, check_int, rejected
-from datamodules.text.vocab import LEVELS, tokenizer_vocab_size
+from datamodules.tokens.vocab import LEVELS, tokenizer_vocab_size
 
 __all__ = [
     "SIDES",

@@ -9,10 +9,10 @@ arguments in ``__init__`` and, in ``setup``, gives each split its documents:
   vocabularies (``tokenizer="char"`` / ``"word"``, built from the train split) or with
   ``token_cache=False``;
 * files (``train_file`` / ``val_file`` / ``test_file``) and a Hugging Face ``datasets.Dataset``
-  given as ``texts``, with your tokenizer: the token store (:mod:`datamodules.text.store`),
+  given as ``texts``, with your tokenizer: the token store (:mod:`datamodules.tokens.store`),
   tokenized once and memory-mapped by every later setup, run and rank;
 * ``token_files``: a Megatron-LM dataset or a flat token file, mapped as it is
-  (:mod:`datamodules.text.token_files`).
+  (:mod:`datamodules.tokens.token_files`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from datamodules.remote.credentials import restored_storage_options, save_withou
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
 from datamodules.text.arguments import check_eos_id
-from datamodules.text.blends import check_blend
-from datamodules.text.inputs import (
+from datamodules.text.readers import labels_of, read_text_files, records_from_memory
+from datamodules.tokens.blends import check_blend
+from datamodules.tokens.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
     SPLIT_FILES,
@@ -37,17 +38,15 @@ from datamodules.text.inputs import (
     read_documents,
     table_labels,
 )
-from datamodules.text.readers import labels_of, read_text_files, records_from_memory
-from datamodules.text.store import StoredDocuments, StoreWriter, store_key, token_dtype
-from datamodules.text.store_build import (
+from datamodules.tokens.store import StoredDocuments, StoreWriter, store_key, token_dtype
+from datamodules.tokens.store_build import (
     Progress,
-    log_built,
-    open_or_build,
     resolve_workers,
     write_documents,
+    write_store,
 )
-from datamodules.text.token_files import FLAT_DTYPES, read_token_files
-from datamodules.text.vocab import tokenizer_fingerprint, tokenizer_vocab_size
+from datamodules.tokens.token_files import FLAT_DTYPES, read_token_files
+from datamodules.tokens.vocab import tokenizer_fingerprint, tokenizer_vocab_size
 
 __all__ = ["TextCorpus", "default_token_cache", "is_dataset"]
 
@@ -234,39 +233,26 @@ class TextCorpus:
         self, material: dict[str, Any], names: list[str], chunks: Any, what: str
     ) -> StoredDocuments:
         path = os.path.join(self.store_directory(), store_key(material))
-        local_rank, rank = self._ranks()
 
-        def build() -> dict[str, Any]:
-            declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
-            writer = StoreWriter(path, token_dtype(declared))
-            writer.names = names
-            progress = Progress(rank == 0, what)
+        def fill(writer: StoreWriter, progress: Progress) -> dict[str, Any]:
             workers = resolve_workers(self.tokenize_workers, self.tokenizer)
-            try:
-                per_file = write_documents(
-                    writer,
-                    chunks(),
-                    self.tokenizer,
-                    names,
-                    workers,
-                    self.max_length,
-                    self.truncation_side,
-                    progress,
-                    self.eos_id,
-                )
-                meta = {"inputs": material, "files": names, "workers": workers}
-                meta.update(self._store_labels(writer, names, per_file))
-                writer.finish(meta)
-            except BaseException:
-                progress.close()
-                writer.abort()
-                raise
-            seconds = progress.close()
-            if rank == 0:
-                log_built(path, progress, seconds)
+            per_file = write_documents(
+                writer,
+                chunks(),
+                self.tokenizer,
+                names,
+                workers,
+                self.max_length,
+                self.truncation_side,
+                progress,
+                self.eos_id,
+            )
+            meta = {"inputs": material, "files": names, "workers": workers}
+            meta.update(self._store_labels(writer, names, per_file))
             return meta
 
-        return open_or_build(path, build, local_rank)
+        declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
+        return write_store(path, token_dtype(declared), names, what, fill, self._ranks())
 
     def _store_labels(
         self, writer: StoreWriter, names: list[str], per_file: dict[int, list[Any]]

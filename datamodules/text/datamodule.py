@@ -3,7 +3,7 @@
 ``setup`` reads the texts, splits them, builds the vocabulary from the train split (or uses
 your tokenizer), and tokenizes every text once into one flat token buffer plus offsets. Files
 and Datasets tokenized with your tokenizer go into the on-disk token store instead
-(:mod:`datamodules.text.store`), once; later setups, runs and ranks memory-map it; token files
+(:mod:`datamodules.tokens.store`), once; later setups, runs and ranks memory-map it; token files
 (Megatron-LM, nanoGPT) are mapped as they are (:mod:`datamodules.text.corpus`). A
 batch is then gathered straight from that buffer by one vectorised indexing call (no
 per-sample Python objects, no per-sample collate); it equals what
@@ -16,7 +16,7 @@ The train loader's batches come from :class:`~datamodules.core.buckets.BucketBat
 similar lengths together (little padding), a new composition every epoch, the same number of
 batches on every DDP rank, exact mid-epoch resume. With ``packing=True`` (language modelling,
 texts without labels) batches are instead rows of ``seq_length`` tokens with document
-boundaries (:mod:`datamodules.text.packing`).
+boundaries (:mod:`datamodules.tokens.packing`).
 
 Extension point: override :meth:`TextDataModule.load_texts` to return ``(texts, labels)`` for
 your own dataset.
@@ -37,18 +37,18 @@ from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Source
 from datamodules.text.arguments import check_text_arguments
-from datamodules.text.blends import TextBlends, blend_parts
 from datamodules.text.corpus import TextCorpus
-from datamodules.text.encoding import EncodedTexts
 from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import TextLabels
-from datamodules.text.packing import PackPlanner, check_packable
 from datamodules.text.readers import TextRecords, records_from_memory
-from datamodules.text.store_build import encode
-from datamodules.text.token_checks import check_vocab
-from datamodules.text.token_files import TokenFile
 from datamodules.text.views import TextViews
-from datamodules.text.vocab import (
+from datamodules.tokens.blends import TextBlends, blend_parts
+from datamodules.tokens.encoding import EncodedTexts
+from datamodules.tokens.packing import PackPlanner, check_packable
+from datamodules.tokens.store_build import encode
+from datamodules.tokens.token_checks import check_vocab
+from datamodules.tokens.token_files import TokenFile
+from datamodules.tokens.vocab import (
     PAD_ID,
     Vocabulary,
     describe_tokenizer,
@@ -103,8 +103,8 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
             ``texts``: ``.jsonl`` / ``.ndjson``, ``.csv``, ``.tsv`` or ``.txt`` files (each
             optionally ``.gz`` / ``.zst``), ``.parquet`` / ``.pq`` and ``.arrow`` (a Hugging Face
             ``save_to_disk`` folder stands for its data files), read through the shard
-            layer (see :mod:`datamodules.text.inputs`); or a blend, a list of
-            :class:`~datamodules.Source` (:mod:`datamodules.text.blends`).
+            layer (see :mod:`datamodules.tokens.inputs`); or a blend, a list of
+            :class:`~datamodules.Source` (:mod:`datamodules.tokens.blends`).
         val_file: File(s) for validation, replacing the random ``val_split``.
         test_file: File(s) for testing, replacing the random ``test_split``.
         text_key: JSON key, CSV/TSV or Parquet column (or Dataset column) of the text.
@@ -114,7 +114,7 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
         token_files: Instead of texts, a pre-tokenized corpus, mapped as it is: a Megatron-LM
             indexed dataset (a path prefix with ``.bin`` + ``.idx``), or a flat token file
             (``.bin`` / ``.npy``, nanoGPT style) split into documents at ``eos_id``
-            (:mod:`datamodules.text.token_files`); or a blend: a list of Sources.
+            (:mod:`datamodules.tokens.token_files`); or a blend: a list of Sources.
         epoch_size: With a weighted train blend: units per epoch (packed rows with
             ``packing=True``, else documents), split by weight (default: all its units).
         eval_per_source: With a blended validation (test) split: one loader per source.
@@ -152,7 +152,7 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
             training (texts without labels): batches of ``batch_size`` rows with
             ``input_ids``, ``position_ids``, ``document_ids``, ``labels``,
             ``attention_mask``, ``cu_seqlens`` and ``max_seqlen`` (see
-            :mod:`datamodules.text.packing`); ``bucket``, ``eval_bucket``, ``padding_side``
+            :mod:`datamodules.tokens.packing`); ``bucket``, ``eval_bucket``, ``padding_side``
             and ``pad_to_multiple_of`` do not apply.
         seq_length: Tokens per packed row (with ``packing=True``).
         pack_mode: ``"split"`` (documents continue into the next row: every token once per

@@ -15,7 +15,7 @@ import torch
 
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.summary import counted
-from datamodules.text.vocab import describe_tokenizer
+from datamodules.tokens.vocab import describe_tokenizer
 
 __all__ = ["TextInspection"]
 
@@ -176,7 +176,7 @@ class TextInspection:
     def packing_summary(self) -> list[str]:
         """Summary lines of ``packing=True``: rows per epoch, real tokens, documents cut
         across rows (the train line above gives the rows and batches per rank)."""
-        from datamodules.text.packing import packing_lines
+        from datamodules.tokens.packing import packing_lines
 
         lines = [
             f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
@@ -204,7 +204,7 @@ class TextInspection:
 
     def _plot_packed(self, batch: Any, path: str | os.PathLike[str], split: str) -> Any:
         from datamodules.text.pack_picture import plot_packed_batch
-        from datamodules.text.packing import packing_lines
+        from datamodules.tokens.packing import packing_lines
 
         if not (isinstance(batch, dict) and "document_ids" in batch):
             raise ValueError("plot_batch: with packing=True, pass one packed batch (a dict).")

@@ -2,8 +2,8 @@
 
 :class:`TextRecords` holds texts, labels and where each came from; :func:`records_from_memory`
 checks in-memory ``texts`` / ``labels``; :func:`read_text_files` reads files into memory (the
-formats are :mod:`datamodules.text.inputs`'). Either every record has a label or none does.
-Corpora bigger than memory go through the token store instead (:mod:`datamodules.text.store`).
+formats are :mod:`datamodules.tokens.inputs`'). Either every record has a label or none does.
+Corpora bigger than memory go through the token store instead (:mod:`datamodules.tokens.store`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from datamodules.remote.files import is_remote, local_path
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.text.inputs import DEFAULT_LABEL_KEY, read_documents, table_labels
+from datamodules.tokens.inputs import DEFAULT_LABEL_KEY, read_documents, table_labels
 
 __all__ = [
     "Label",
@@ -138,7 +138,7 @@ def read_text_files(
     label_key: str | None,
     options: RemoteOptions | None = None,
 ) -> TextRecords:
-    """Reads and concatenates text files into memory (formats: :mod:`datamodules.text.inputs`).
+    """Reads and concatenates text files into memory (formats: :mod:`datamodules.tokens.inputs`).
 
     Raises:
         FileNotFoundError: If a file does not exist.

@@ -3,9 +3,9 @@ blend of sources.
 
 :class:`TextViews` is mixed into :class:`~datamodules.TextDataModule`: it says, per split, what
 the loader's dataset is (:meth:`TextViews.make_view`: a
-:class:`~datamodules.text.encoding.TextBatchView` of padded documents, a
-:class:`~datamodules.text.packing.PackedTextView` of packed rows, or a blend's view from
-:mod:`datamodules.text.blends`) and which batch sampler draws from it
+:class:`~datamodules.tokens.encoding.TextBatchView` of padded documents, a
+:class:`~datamodules.tokens.packing.PackedTextView` of packed rows, or a blend's view from
+:mod:`datamodules.tokens.blends`) and which batch sampler draws from it
 (:meth:`TextViews.make_sampler`: length buckets, packed rows, or a blend's quotas).
 """
 
@@ -18,10 +18,10 @@ import torch
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
-from datamodules.text.encoding import TextBatchView
-from datamodules.text.mixture import BlendCorpus
-from datamodules.text.packing import PackedRowSampler, PackedTextView, PackPlanner
 from datamodules.text.readers import TextRecords
+from datamodules.tokens.encoding import TextBatchView
+from datamodules.tokens.mixture import BlendCorpus
+from datamodules.tokens.packing import PackedRowSampler, PackedTextView, PackPlanner
 
 __all__ = ["TextViews"]
 
@@ -62,7 +62,7 @@ class TextViews:
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         train = split == "train"
-        if hasattr(view, "mixture"):  # a blend (datamodules/text/mixture.py)
+        if hasattr(view, "mixture"):  # a blend (datamodules/tokens/mixture.py)
             return self.blend_sampler(split, view, rank, world)
         if isinstance(view, PackedTextView):
             return PackedRowSampler(

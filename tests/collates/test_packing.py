@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from collates import PackCollate, pack_collate
 from collates.pack_plan import best_fit_plan, split_plan
-from tests.collates.packed_checks import assert_packed_invariants
+from tests.collates.packed_checks import assert_packed_invariants, piece_starts
 
 
 def samples(lengths: list[int], seed: int = 0) -> list[torch.Tensor]:
@@ -175,3 +175,71 @@ class TestPlans:
         lengths = rng.integers(1, 60, 500)
         counts = {best_fit_plan(rng.permutation(lengths), 64, pool=None).num_rows for _ in range(4)}
         assert len(counts) == 1
+
+
+def labelled(lengths: list[int], seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Samples with prompt-masked labels: the first third of each sample is -100."""
+    out = []
+    for ids in samples(lengths, seed):
+        labels = ids.clone()
+        labels[: len(ids) // 3] = -100
+        out.append({"input_ids": ids, "labels": labels})
+    return out
+
+
+def expected_labels(batch: dict, data: list[dict]) -> torch.Tensor:
+    """Each real token's given label (found by its document and position), -100 at piece
+    starts and padding."""
+    docs, pos = batch["document_ids"], batch["position_ids"]
+    want = torch.full_like(docs, -100)
+    starts = piece_starts(batch)
+    for r, c in zip(*torch.nonzero((docs >= 0) & ~starts, as_tuple=True), strict=True):
+        want[r, c] = data[int(docs[r, c])]["labels"][int(pos[r, c])]
+    return want
+
+
+class TestGivenLabels:
+    @pytest.mark.parametrize(
+        "options",
+        [{"seq_length": 8}, {"seq_length": 13, "pack_mode": "whole"}, {"seq_length": None}],
+    )
+    def test_given_labels_are_kept_with_minus_100_at_piece_starts(self, options) -> None:
+        data = labelled(LENGTHS, seed=7)
+        batch = pack_collate(data, **options)
+        assert torch.equal(batch["labels"], expected_labels(batch, data))
+        # The rest of the batch is what the same ids without labels give.
+        plain = pack_collate([d["input_ids"] for d in data], **options)
+        for key in ("input_ids", "position_ids", "document_ids", "attention_mask", "cu_seqlens"):
+            assert torch.equal(batch[key], plain[key]), key
+        # A masked prompt stays masked: no -100 of a sample became a label.
+        assert int((batch["labels"] != -100).sum()) < int((plain["labels"] != -100).sum())
+
+    def test_explicit_rows(self) -> None:
+        data = [
+            {"input_ids": [5, 6, 7], "labels": [-100, 6, 7]},
+            {"input_ids": [8, 9, 4], "labels": [-100, -100, 4]},
+        ]
+        batch = PackCollate(seq_length=4, pack_mode="whole", pad_id=0)(data)
+        assert batch["input_ids"].tolist() == [[5, 6, 7, 0], [8, 9, 4, 0]]
+        assert batch["labels"].tolist() == [[-100, 6, 7, -100], [-100, -100, 4, -100]]
+        split = pack_collate(data, seq_length=4)
+        assert split["labels"].tolist() == [[-100, 6, 7, -100], [-100, 4, -100, -100]]
+
+    def test_equals_transformers_data_collator_with_flattening_with_labels(self) -> None:
+        from transformers import DataCollatorWithFlattening
+
+        data = labelled(LENGTHS, seed=8)
+        theirs = DataCollatorWithFlattening(return_tensors="pt")(
+            [{k: v.tolist() for k, v in d.items()} for d in data]
+        )
+        ours = pack_collate(data)
+        for key in ("input_ids", "labels", "position_ids"):
+            assert ours[key].tolist() == theirs[key].tolist(), key
+
+    def test_labels_in_some_samples_or_of_another_length_fail(self) -> None:
+        with pytest.raises(ValueError, match="sample 1 has no 'labels' but sample 0 has"):
+            pack_collate([{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3]}])
+        with pytest.raises(ValueError, match="sample 0 has 1 labels for 2 token ids"):
+            pack_collate([{"input_ids": [1, 2], "labels": [2]}])
+        with pytest.raises(TypeError, match="sample 0 is str"):
+            pack_collate([{"input_ids": [1, 2], "labels": "ab"}])

@@ -22,8 +22,8 @@ from datamodules.shards.errors import ShardError
 from datamodules.shards.formats import detect_format, expand_files
 from datamodules.shards.index import index_shard
 from datamodules.shards.records import read_blocks, read_records
-from datamodules.text.inputs import find_files
 from datamodules.text.readers import read_text_files
+from datamodules.tokens.inputs import find_files
 
 N = 5000  # rows: HF writes batches of 1000, so ranges cross batches
 ROOT = Path(__file__).resolve().parents[3]

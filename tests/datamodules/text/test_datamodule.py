@@ -16,10 +16,10 @@ from collates import PadCollate
 from datamodules import TextDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.remote.retrying import RemoteOptions
-from datamodules.text.encoding import TextBatchView
-from datamodules.text.inputs import find_files
 from datamodules.text.readers import read_text_files
-from datamodules.text.vocab import Vocabulary
+from datamodules.tokens.encoding import TextBatchView
+from datamodules.tokens.inputs import find_files
+from datamodules.tokens.vocab import Vocabulary
 from tests.datamodules.contract import ContractCase, DataModuleContract, quiet_trainer
 from tests.recording import RecordingModel
 

@@ -13,7 +13,7 @@ import torch
 from collates import pack_collate
 from collates.pack_plan import best_fit_plan
 from datamodules import TextDataModule
-from datamodules.text.packing import PackedRowSampler, PackPlanner
+from datamodules.tokens.packing import PackedRowSampler, PackPlanner
 from tests.collates.packed_checks import assert_packed_invariants
 from tests.datamodules.contract import (
     ContractCase,

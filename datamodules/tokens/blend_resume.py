@@ -22,7 +22,7 @@ the DataModule:
 
 The epoch's unit count can change with the mix (the default ``epoch_size`` is all the units
 of the sources in it): the sampler deals each epoch's count
-(:class:`~datamodules.text.mixture.MixedSampler`), and when the interrupted epoch ends with
+(:class:`~datamodules.tokens.mixture.MixedSampler`), and when the interrupted epoch ends with
 another count than the next one's, the Trainer measures the train loader again.
 """
 
@@ -37,7 +37,7 @@ import numpy as np
 from datamodules.core.context import log
 from datamodules.core.mixture import MixEntry, Mixture, check_same_listing, resume_message
 from datamodules.core.trainer_length import remeasure_train_loader
-from datamodules.text.mixture import MixedSampler
+from datamodules.tokens.mixture import MixedSampler
 
 __all__ = ["BlendResume", "WeakResume", "blend_listing"]
 
@@ -136,7 +136,7 @@ class BlendResume:
 
     def _resume_blend(self, saved: dict[str, Any], cut: bool) -> Mixture:
         """The train view's mixture continued from a checkpoint's changed mix (the sampler's
-        :attr:`~datamodules.text.mixture.MixedSampler.resume`)."""
+        :attr:`~datamodules.tokens.mixture.MixedSampler.resume`)."""
         view = self.view("train")  # type: ignore[attr-defined]
         if view.mixture.saved == saved:  # restored already (Lightning restores twice)
             return view.mixture

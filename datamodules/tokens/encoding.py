@@ -27,7 +27,7 @@ class EncodedTexts:
     arrays that :func:`gather_padded` indexes (numpy's fancy indexing of a small batch is
     single-threaded and a few times faster than torch's here; see benchmarks/bench_text.py).
 
-    Memory-mapped arrays (a token store's, :mod:`datamodules.text.store`) are used as they
+    Memory-mapped arrays (a token store's, :mod:`datamodules.tokens.store`) are used as they
     are: the tokens keep their ``uint16`` / ``uint32`` dtype, nothing is copied, and a pickled
     ``EncodedTexts`` (for spawned workers) maps the same files again rather than carrying them.
 

@@ -3,7 +3,7 @@ as lists of :class:`~datamodules.Source`.
 
 :class:`TextBlends` is mixed into :class:`~datamodules.TextDataModule`. A blend's sources are
 Megatron prefixes or flat token files (``token_files``), or files that go through the token
-store (``train_file`` etc., with your tokenizer); :mod:`datamodules.text.mixture` holds the
+store (``train_file`` etc., with your tokenizer); :mod:`datamodules.tokens.mixture` holds the
 views and the sampler. What this adds to the DataModule:
 
 * ``epoch_size=``: units per epoch over the train sources, split by weight (default: all the
@@ -17,7 +17,7 @@ every source, drawn at random over the blend), each source read once, or from ``
 ``test_file`` Sources. A blend resumes exactly (also on another world size); a mix changed
 since the checkpoint (weights, schedules, ``epoch_size``, sources added or removed) ends the
 interrupted epoch as it was planned and applies from the next one
-(:mod:`datamodules.text.blend_resume`); the same source name over other data is refused,
+(:mod:`datamodules.tokens.blend_resume`); the same source name over other data is refused,
 naming what changed.
 """
 
@@ -35,9 +35,9 @@ from datamodules.core.loaders import ResumableDataLoader
 from datamodules.core.mix_logging import MixLogging
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, schedule_lines
 from datamodules.core.summary import counted
-from datamodules.text.blend_resume import BlendResume, WeakResume, blend_listing
-from datamodules.text.inputs import SPLIT_FILES, find_files
-from datamodules.text.mixture import (
+from datamodules.tokens.blend_resume import BlendResume, WeakResume, blend_listing
+from datamodules.tokens.inputs import SPLIT_FILES, find_files
+from datamodules.tokens.mixture import (
     BlendCorpus,
     BlendUnits,
     MixedDocView,
@@ -45,8 +45,8 @@ from datamodules.text.mixture import (
     MixedSampler,
     blend_parts,
 )
-from datamodules.text.packing import PackPlanner
-from datamodules.text.token_files import read_token_files
+from datamodules.tokens.packing import PackPlanner
+from datamodules.tokens.token_files import read_token_files
 
 __all__ = ["BlendCorpus", "TextBlends", "blend_parts", "check_blend"]
 
@@ -160,7 +160,7 @@ class TextBlends(BlendResume, MixLogging):
     # ------------------------------------------------------------------ views and samplers
     def blend_view(self, split: str, blend: BlendCorpus, indices: torch.Tensor) -> Any:
         """The split's view over its documents of every source (see
-        :mod:`datamodules.text.mixture`)."""
+        :mod:`datamodules.tokens.mixture`)."""
         shuffle = self.shuffle and split == "train"
         docs = blend.split(indices)
         units = [

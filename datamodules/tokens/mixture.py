@@ -14,12 +14,12 @@ A blend is what ``TextDataModule(token_files=[Source(...), ...])`` or ``train_fi
 * :class:`MixedPackedView` / :class:`MixedDocView`: the epoch's units of every source, laid out
   once per epoch over one virtual token buffer (:class:`MultiBuffer`: the sources' buffers
   end to end, each read in place), so a batch is still one gather
-  (:func:`collates.pack_rows.gather_rows`, :func:`~datamodules.text.encoding.gather_padded`);
+  (:func:`collates.pack_rows.gather_rows`, :func:`~datamodules.tokens.encoding.gather_padded`);
   a batch's rows come grouped by source, and each group is one slice of one buffer.
 * :class:`MixedSampler`: an :class:`~datamodules.core.samplers.IndexBatchSampler` over the
   epoch's units (ids ``epoch << 32 | unit``), so DDP-even batches, exact and elastic resume
   are the core's; sized per epoch, since a mix changed on resume
-  (:mod:`datamodules.text.blend_resume`) can change the epoch's unit count.
+  (:mod:`datamodules.tokens.blend_resume`) can change the epoch's unit count.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from collates.pack_rows import RowTable, gather_rows
 from datamodules.core.mixture import Mixture
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
-from datamodules.text.encoding import gather_padded
-from datamodules.text.packing import PackPlanner
+from datamodules.tokens.encoding import gather_padded
+from datamodules.tokens.packing import PackPlanner
 
 __all__ = [
     "BlendCorpus",
@@ -338,7 +338,7 @@ class _EpochDocs:
 
 class MixedDocView(_MixedView):
     """A blend's documents: a batch of unit ids -> the padded batch dict of
-    :class:`~datamodules.text.encoding.TextBatchView` (``labels`` when every source has
+    :class:`~datamodules.tokens.encoding.TextBatchView` (``labels`` when every source has
     them)."""
 
     def __init__(self, *args: Any, padding_side: str = "right", pad_to: int | None = None) -> None:

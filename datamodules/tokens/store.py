@@ -13,6 +13,8 @@ tokenizer gives a different store. It holds:
   the metadata's ``files``) and line or row, for error messages;
 * ``labels.npy`` (int64, when labelled): per document its int label, or for string labels
   an index into the metadata's ``label_names``;
+* ``trained.bin`` (uint8, chat data): per token, 1 where the loss is computed (the loss
+  mask), aligned with ``tokens.bin``;
 * ``meta.json``: the format version, the inputs (path, size, mtime or ETag), the tokenizer's
   class and fingerprint, the options above, the counts and the size of every file.
 
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.text.encoding import EncodedTexts
+from datamodules.tokens.encoding import EncodedTexts
 
 __all__ = [
     "ARRAYS",
@@ -80,13 +82,26 @@ class StoreWriter:
         self._tokens = open(os.path.join(self.tmp, "tokens.bin"), "wb")  # noqa: SIM115
         self._parts: dict[str, list[np.ndarray]] = {"lengths": [], "files": [], "lines": []}
         self._labels: list[Any] = []
+        self._trained: Any = None
         self.documents = self.tokens = 0
         self.max_id = -1
         #: The input names (set by the builder), for :meth:`where`.
         self.names: list[str] = []
 
-    def add(self, flat: np.ndarray, lengths: np.ndarray, file: int, lines: list[int]) -> None:
-        """Appends the documents of one chunk: their ids (flat), lengths, file and lines."""
+    def add(
+        self,
+        flat: np.ndarray,
+        lengths: np.ndarray,
+        file: int,
+        lines: list[int],
+        trained: np.ndarray | None = None,
+    ) -> None:
+        """Appends the documents of one chunk: their ids (flat), lengths, file and lines, and
+        (chat data) their per-token loss mask ``trained``: given for every chunk or none."""
+        if trained is not None:
+            if self._trained is None:
+                self._trained = open(os.path.join(self.tmp, "trained.bin"), "wb")  # noqa: SIM115
+            self._trained.write(np.ascontiguousarray(trained, dtype=np.uint8).tobytes())
         if len(flat):
             top = int(flat.max())
             if top >= np.iinfo(self.dtype).max + 1:
@@ -116,6 +131,8 @@ class StoreWriter:
     def finish(self, meta: dict[str, Any]) -> None:
         """Writes the arrays and the metadata, then renames the folder into place."""
         self._tokens.close()
+        if self._trained is not None:
+            self._trained.close()
         if self.dtype == np.uint32 and self.max_id < 1 << 16:
             self._narrow()
         arrays = {
@@ -139,6 +156,7 @@ class StoreWriter:
             "documents": self.documents,
             "tokens": self.tokens,
             "max_id": self.max_id,
+            "trained": self._trained is not None,
             "sizes": sizes,
             "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
         }
@@ -164,6 +182,8 @@ class StoreWriter:
     def abort(self) -> None:
         """Removes the temporary folder (after a failure)."""
         self._tokens.close()
+        if self._trained is not None:
+            self._trained.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -200,7 +220,7 @@ def check_store(path: str) -> tuple[dict[str, Any] | None, str | None]:
 class StoredDocuments:
     """A token store mapped into memory: what ``setup`` uses in place of texts.
 
-    ``encoded`` is an :class:`~datamodules.text.encoding.EncodedTexts` over the mapped
+    ``encoded`` is an :class:`~datamodules.tokens.encoding.EncodedTexts` over the mapped
     arrays; nothing per document or per token is copied into anonymous memory.
 
     Args:
@@ -218,6 +238,11 @@ class StoredDocuments:
         self._files, self._lines = arrays["files"], arrays["lines"]
         self.names: list[str] = meta.get("files", [])
         self.encoded = EncodedTexts(tokens, arrays["lengths"], None, offsets=arrays["offsets"])
+        #: Chat data: the per-token loss mask (uint8, aligned with the tokens), else None.
+        self.trained: np.ndarray | None = None
+        if meta.get("trained"):
+            trained = os.path.join(path, "trained.bin")
+            self.trained = map_tokens(trained, np.uint8, meta["tokens"])
         self.labels: list[Any] | None = None
         labels_file = os.path.join(path, "labels.npy")
         if os.path.exists(labels_file):

@@ -41,7 +41,7 @@ from collates.pack_rows import RowTable, gather_rows
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.text.encoding import EncodedTexts
+from datamodules.tokens.encoding import EncodedTexts
 
 __all__ = ["PackPlanner", "PackedRowSampler", "PackedTextView", "check_packable", "packing_lines"]
 

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from datamodules.core.context import log
-from datamodules.text.store import StoredDocuments, StoreWriter, check_store
-from datamodules.text.vocab import append_eos, encode_with, truncate
+from datamodules.tokens.store import StoredDocuments, StoreWriter, check_store
+from datamodules.tokens.vocab import append_eos, encode_with, truncate
 
 __all__ = [
     "ChunkWhere",
@@ -48,6 +48,7 @@ __all__ = [
     "resolve_workers",
     "tokenize_chunks",
     "write_documents",
+    "write_store",
 ]
 
 #: How long a rank other than local rank 0 lets local rank 0 take the build lock first.
@@ -218,7 +219,7 @@ def open_or_build(
 ) -> StoredDocuments:
     """The store at ``path``, mapped; built by ``build()`` first when missing or broken.
 
-    ``build()`` writes the store (a :class:`~datamodules.text.store.StoreWriter` renames it
+    ``build()`` writes the store (a :class:`~datamodules.tokens.store.StoreWriter` renames it
     into place) and is called under the machine's lock, by one process.
     """
     meta, _ = check_store(path)
@@ -282,3 +283,40 @@ def log_built(path: str, progress: Progress, seconds: float) -> None:
         f"token store {path}: {progress.documents:,} documents, {progress.tokens:,} tokens in "
         f"{seconds:.1f} s ({rate:,.0f} tokens/s)"
     )
+
+
+def write_store(
+    path: str,
+    dtype: Any,
+    names: list[str],
+    what: str,
+    fill: Callable[[StoreWriter, Progress], dict[str, Any]],
+    ranks: tuple[int, int],
+) -> StoredDocuments:
+    """The store at ``path``, mapped; built first (:func:`open_or_build`) when missing.
+
+    The build writes into a :class:`~datamodules.tokens.store.StoreWriter` of ``dtype``
+    whose inputs are ``names``: ``fill(writer, progress)`` adds the documents and returns the
+    metadata, which the writer then finishes with; a failure removes the unfinished store.
+    ``ranks`` is ``(local rank, global rank)``: rank 0 shows the progress (``tokenizing
+    {what}``) and logs the finished build.
+    """
+    local_rank, rank = ranks
+
+    def build() -> dict[str, Any]:
+        writer = StoreWriter(path, dtype)
+        writer.names = names
+        progress = Progress(rank == 0, what)
+        try:
+            meta = fill(writer, progress)
+            writer.finish(meta)
+        except BaseException:
+            progress.close()
+            writer.abort()
+            raise
+        seconds = progress.close()
+        if rank == 0:
+            log_built(path, progress, seconds)
+        return meta
+
+    return open_or_build(path, build, local_rank)

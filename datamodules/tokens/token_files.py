@@ -1,7 +1,7 @@
 """Pre-tokenized corpora read directly: Megatron-LM indexed datasets and flat token files.
 
 ``TextDataModule(token_files=...)`` maps one of these, copy-on-write, as a
-:class:`~datamodules.text.store.StoredDocuments`-like corpus (nothing is tokenized or copied):
+:class:`~datamodules.tokens.store.StoredDocuments`-like corpus (nothing is tokenized or copied):
 
 * **A Megatron-LM indexed dataset**: a path prefix with ``PREFIX.bin`` and ``PREFIX.idx``
   (``PREFIX.bin`` or ``PREFIX.idx`` name it too, when the other is beside it). The ``.idx``
@@ -19,7 +19,7 @@
 A file whose size or header does not match what it should be raises a ``ValueError`` naming
 the file and what was expected. So do ids that do not fit: a sample of every file is checked
 against the dtype's usual range and ``vocab_size`` (and a flat file for wider ids read as
-narrow ones), see :mod:`datamodules.text.token_checks`; a flat file's largest id is checked
+narrow ones), see :mod:`datamodules.tokens.token_checks`; a flat file's largest id is checked
 exactly, in the pass that looks for ``eos_id``. An ``eos_id`` that never occurs warns (the
 file is then one document).
 """
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.text.encoding import EncodedTexts
-from datamodules.text.store import map_tokens
-from datamodules.text.token_checks import check_ids, check_vocab
+from datamodules.tokens.encoding import EncodedTexts
+from datamodules.tokens.store import map_tokens
+from datamodules.tokens.token_checks import check_ids, check_vocab
 
 __all__ = [
     "FLAT_DTYPES",

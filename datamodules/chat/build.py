@@ -1,0 +1,154 @@
+"""Rendering conversations into the token store, in parallel, with their loss mask.
+
+:func:`build_store` returns the mapped store of a chat corpus: on the first setup it renders
+every record with the :class:`~datamodules.conversations.ChatRenderer` (in
+``tokenize_workers`` processes, a chunk of records each, in order, a few chunks in flight)
+and writes the ids and the per-token mask (``trained.bin``) into a
+:class:`~datamodules.tokens.store.StoreWriter`; later setups, runs and ranks map it and
+render nothing. The builder, the lock and the key are the token store's own
+(:mod:`datamodules.tokens.store_build`).
+
+A record that cannot be rendered raises, named ``file, line N`` (or ``row N``) with the
+renderer's reason, under ``on_error="raise"``; under ``"skip"`` it is left out and counted in
+the store's metadata (kept, so that a later setup that renders nothing still reports it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from datamodules.chat.records import RecordChunk
+from datamodules.conversations import ConversationError
+from datamodules.core.skipped import KEEP_MESSAGES
+from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
+from datamodules.tokens.store_build import Progress, _in_order, write_store
+
+__all__ = ["Rendered", "build_store", "render_chunk", "render_workers"]
+
+#: One chunk rendered: flat ids, lengths, flat mask, the kept records' lines, and the skipped
+#: ones as ``(where, why)``.
+Rendered = tuple[np.ndarray, np.ndarray, np.ndarray, list[int], list[tuple[str, str]]]
+
+_WORKER_RENDERER: Any = None
+
+
+def render_chunk(
+    renderer: Callable[[Mapping[str, Any]], tuple[np.ndarray, np.ndarray]],
+    chunk: RecordChunk,
+    name: str,
+    on_error: str,
+) -> Rendered:
+    """Renders one chunk's records; a bad one raises (naming ``name`` and its line or row)
+    or, under ``on_error="skip"``, is listed with the reason."""
+    unit = "row" if name.lower().endswith((".parquet", ".pq")) or name.startswith("<") else "line"
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    kept: list[int] = []
+    skipped: list[tuple[str, str]] = []
+    for record, line in zip(chunk.records, chunk.lines, strict=True):
+        try:
+            if not isinstance(record, Mapping):
+                raise ConversationError(
+                    f"a record is an object, got a {type(record).__name__} ({str(record)[:60]})"
+                )
+            got, trained = renderer(record)
+        except ConversationError as error:
+            if on_error == "raise":
+                raise ConversationError(f"{name}, {unit} {line}: {error}") from None
+            skipped.append((f"{name}, {unit} {line}", str(error)))
+            continue
+        ids.append(np.asarray(got, dtype=np.int64))
+        masks.append(np.asarray(trained, dtype=np.uint8))
+        kept.append(line)
+    lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    mask = np.concatenate(masks) if masks else np.zeros(0, np.uint8)
+    return flat, lengths, mask, kept, skipped
+
+
+def _init_worker(renderer: Any) -> None:
+    global _WORKER_RENDERER
+    _WORKER_RENDERER = renderer
+
+
+def _render_in_worker(job: tuple[RecordChunk, str, str]) -> Rendered:
+    return render_chunk(_WORKER_RENDERER, *job)
+
+
+def render_workers(tokenize_workers: int | str) -> int:
+    """Processes for ``tokenize_workers``: ``"auto"`` is the CPUs of this process (none on
+    one CPU)."""
+    if tokenize_workers != "auto":
+        return int(tokenize_workers)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 0 if (cpus or 1) < 2 else min(int(cpus or 1), 32)
+
+
+def _rendered(
+    renderer: Any, jobs: Iterable[tuple[RecordChunk, str, str, Any]], workers: int
+) -> Iterator[tuple[Any, Rendered]]:
+    """``(tag, rendered)`` per job, in order, with a few chunks in flight."""
+    tagged = ((chunk, (name, on_error), tag) for chunk, name, on_error, tag in jobs)
+    if workers <= 0:
+
+        def here(chunk: RecordChunk, how: tuple[str, str]) -> Callable[[], Rendered]:
+            result = render_chunk(renderer, chunk, *how)
+            return lambda: result
+
+        yield from _in_order(here, tagged, 0)
+        return
+    import multiprocessing as mp
+
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    with mp.get_context(method).Pool(workers, _init_worker, (renderer,)) as pool:
+
+        def there(chunk: RecordChunk, how: tuple[str, str]) -> Callable[[], Rendered]:
+            return pool.apply_async(_render_in_worker, ((chunk, *how),)).get
+
+        yield from _in_order(there, tagged, 2 * workers)
+
+
+def build_store(
+    path: str,
+    renderer: Any,
+    names: list[str],
+    chunks: Callable[[], Iterable[tuple[int, RecordChunk]]],
+    *,
+    material: dict[str, Any],
+    on_error: str,
+    workers: int,
+    ranks: tuple[int, int],
+) -> StoredDocuments:
+    """The store at ``path``, mapped; rendered into first when missing (see the module
+    docstring). ``chunks()`` yields ``(input index, RecordChunk)``; ``ranks`` is
+    ``(local rank, global rank)``."""
+    what = names[0] if len(names) == 1 else f"{len(names)} inputs"
+
+    def fill(writer: StoreWriter, progress: Progress) -> dict[str, Any]:
+        first: list[tuple[str, str]] = []
+        counts: dict[str, int] = {}
+        trained = 0
+        empty = np.zeros(0, np.int64)
+        writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
+        jobs = ((c, names[i], on_error, i) for i, c in chunks())
+        for file, (flat, lengths, mask, kept, bad) in _rendered(renderer, jobs, workers):
+            writer.add(flat, lengths, file, kept, mask)
+            trained += int(mask.sum())
+            if bad:
+                counts[names[file]] = counts.get(names[file], 0) + len(bad)
+                first.extend(bad[: max(KEEP_MESSAGES - len(first), 0)])
+            progress.update(len(lengths), int(lengths.sum()))
+        return {
+            "inputs": material,
+            "files": names,
+            "workers": workers,
+            "skipped": counts,
+            "skipped_first": first,
+            "trained_tokens": trained,
+        }
+
+    return write_store(path, token_dtype(renderer.vocab_size), names, what, fill, ranks)

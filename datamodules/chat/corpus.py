@@ -1,0 +1,134 @@
+"""ChatDataModule's inputs and their token store: a part with its own state.
+
+:class:`ChatCorpus` holds what decides a split's conversations (the records, the renderer,
+``on_error``, the store's directory, the render workers and the remote options) and gives, per
+split, the mapped store (:meth:`ChatCorpus.store`), rendered once
+(:func:`datamodules.chat.build.build_store`) and keyed by the inputs and their versions, the
+renderer's fingerprint (tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``.
+It knows nothing of batches: the DataModule applies ``overlong`` and builds the views.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from datamodules.chat.build import build_store, render_workers
+from datamodules.chat.records import (
+    RecordChunk,
+    check_chat_files,
+    dataset_chunks,
+    file_chunks,
+    inputs_identity,
+    memory_chunks,
+)
+from datamodules.core.checks import check_int
+from datamodules.core.skipped import Skipped
+from datamodules.remote.retrying import RemoteOptions
+from datamodules.tokens.inputs import SPLIT_FILES, find_files
+from datamodules.tokens.store import StoredDocuments, store_key
+
+__all__ = ["ChatCorpus", "is_dataset"]
+
+
+def is_dataset(value: Any) -> bool:
+    """Whether ``value`` is a Hugging Face ``datasets.Dataset`` (without importing datasets)."""
+    return any(
+        k.__name__ == "Dataset" and k.__module__.startswith("datasets") for k in type(value).__mro__
+    )
+
+
+class ChatCorpus:
+    """The conversations of each split, through the token store (see the module docstring).
+
+    Args:
+        conversations: A list of records (or bare message lists), a ``datasets.Dataset``, or
+            None (files instead).
+        files: Per split (``"train"``, ``"val"``, ``"test"``), its checked file items or None.
+        renderer: The :class:`~datamodules.conversations.ChatRenderer`.
+        on_error: ``"raise"`` or ``"skip"`` records that cannot be rendered.
+        directory: Where stores live, or None: a temporary one per corpus (``token_cache=False``).
+        tokenize_workers: Render processes: ``"auto"`` or an int (0: this process).
+        remote: The remote options for files.
+        ranks: Returns ``(local rank, global rank)`` when a store is opened.
+    """
+
+    def __init__(
+        self,
+        conversations: Any,
+        files: dict[str, list[str] | None],
+        renderer: Any,
+        on_error: str,
+        directory: str | None,
+        tokenize_workers: int | str,
+        remote: RemoteOptions,
+        ranks: Any,
+    ) -> None:
+        check_int(tokenize_workers, "tokenize_workers", 0, words=("auto",))
+        self.conversations, self.files, self.renderer = conversations, files, renderer
+        self.on_error, self.tokenize_workers = on_error, tokenize_workers
+        self.remote, self.ranks = remote, ranks
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="chat-tokens-")
+            weakref.finalize(self, shutil.rmtree, directory, True)
+        self.directory = directory
+        #: Records left out under ``on_error="skip"``, from every store opened.
+        self.skipped = Skipped()
+        self._counted: set[str] = set()
+
+    def has_split(self, split: str) -> bool:
+        """Whether ``split`` has inputs of its own (train: always)."""
+        return split == "train" or self.files.get(split) is not None
+
+    def store(self, split: str) -> StoredDocuments:
+        """The split's mapped store (train: ``conversations`` or ``train_file``), rendered
+        into first when missing."""
+        if split == "train" and self.conversations is not None:
+            if is_dataset(self.conversations):
+                names = ["<datasets.Dataset>"]
+                kind, chunks = (
+                    "dataset",
+                    lambda: ((0, c) for c in dataset_chunks(self.conversations)),
+                )
+            else:
+                names = ["<conversations>"]
+                kind, chunks = "list", lambda: ((0, c) for c in memory_chunks(self.conversations))
+            identity = inputs_identity(kind, self.conversations)
+        else:
+            names = find_files(self.files[split], SPLIT_FILES[split], self.remote)
+            check_chat_files(names, SPLIT_FILES[split])
+            identity = inputs_identity("files", names, self.remote)
+
+            def chunks() -> Iterator[tuple[int, RecordChunk]]:
+                for i, path in enumerate(names):
+                    for chunk in file_chunks(path, self.remote):
+                        yield i, chunk
+
+        material = {
+            "kind": "chat",
+            "renderer": self.renderer.fingerprint(),
+            "inputs": identity,
+            "on_error": self.on_error,
+        }
+        path = os.path.join(self.directory, store_key(material))
+        store = build_store(
+            path,
+            self.renderer,
+            names,
+            chunks,
+            material=material,
+            on_error=self.on_error,
+            workers=render_workers(self.tokenize_workers),
+            ranks=self.ranks(),
+        )
+        if path not in self._counted:  # a store's skipped records, once
+            self._counted.add(path)
+            first = store.meta.get("skipped_first", [])
+            for name, count in store.meta.get("skipped", {}).items():
+                pairs = [(w, why) for w, why in first if w.startswith(f"{name}, ")]
+                self.skipped.add(name, count, pairs)
+        return store

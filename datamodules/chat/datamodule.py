@@ -1,0 +1,378 @@
+"""ChatDataModule: conversations for fine-tuning, rendered with the model's chat template once,
+trained on the assistant's tokens, padded or packed whole.
+
+``setup`` renders every conversation with a
+:class:`~datamodules.conversations.ChatRenderer` (the tokenizer's chat template; the loss mask
+from the template's generation marks or from where each assistant message lies in the
+rendered text) into the token store, in parallel, once: ids and the per-token mask. Later
+setups, runs and ranks map the store and render nothing. Batches are gathered from the mapped
+buffers in one call:
+
+* padded (default): ``{"input_ids", "labels", "attention_mask"}`` (B, L), ``labels`` -100
+  where a token is not trained and at padding; train batches bucketed by length;
+* ``packing=True, seq_length=L``: rows of exactly L tokens with TextDataModule's packed keys
+  (``input_ids, position_ids, document_ids, labels, attention_mask, cu_seqlens,
+  max_seqlen``), each conversation whole in one row (best fit), ``labels`` -100 where not
+  trained and at each conversation's first token, position ids restarting there.
+
+The parts are the shared layers': the shard layer reads the files, the token store
+(:mod:`datamodules.tokens.store`) keeps the rendered ids, pack planning, packed rows and the
+row sampler are :mod:`datamodules.tokens.packing`'s, length buckets
+:mod:`datamodules.core.buckets`'; the inputs and their store are a
+:class:`~datamodules.chat.corpus.ChatCorpus`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+from datamodules.chat.corpus import ChatCorpus, is_dataset
+from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
+from datamodules.conversations import ChatRenderer
+from datamodules.core.base import BaseDataModule
+from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.hardware import AUTO, GATHERED
+from datamodules.core.keywords import shared_arguments
+from datamodules.core.samplers import IndexBatchSampler, current_rank_and_world
+from datamodules.core.skipped import Skipped
+from datamodules.core.summary import counted
+from datamodules.core.views import SplitView
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.listing import cache_root
+from datamodules.remote.retrying import check_remote_options
+from datamodules.tokens.blends import check_blend
+from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
+
+__all__ = ["ChatDataModule"]
+
+Files = str | os.PathLike | Sequence[Any] | None
+
+
+class ChatDataModule(BaseDataModule):
+    """Conversations for supervised fine-tuning: ``ChatDataModule(train_file=..., tokenizer=...)``.
+
+    Data comes from ``conversations`` (a list of records, or of bare message lists, or a
+    Hugging Face ``datasets.Dataset``) or ``train_file``; ``val_file`` / ``test_file``
+    replace the random ``val_split`` / ``test_split``. A record holds ``messages_key``:
+    ``[{"role", "content"}, ...]`` (OpenAI / Hugging Face) or ShareGPT's ``[{"from",
+    "value"}, ...]`` (human / gpt / system); or ``prompt`` and ``completion`` (TRL's
+    prompt-completion records: message lists, or strings tokenized as prompt + completion +
+    EOS, trained on the completion and the EOS).
+
+    Conversations longer than the limit (``seq_length`` with ``packing=True``, else
+    ``max_length``) are dropped (``overlong="drop"``, the default), cut to the limit
+    (``"truncate"``) or refused (``"error"``); never silently: the count is in
+    :meth:`summary` and one warning on rank 0 says it.
+
+    Args:
+        conversations: The conversations in memory: a list of records (or of message lists),
+            or a ``datasets.Dataset`` (its rows are the records).
+        train_file: A path or URL, a glob, a brace pattern, a directory, a dataset index or a
+            list of them: JSONL (optionally ``.gz`` / ``.zst``) or Parquet files of records,
+            local or remote.
+        val_file: Validation files, replacing the random ``val_split``.
+        test_file: Test files, replacing the random ``test_split``.
+        messages_key: The key (column) of the message list.
+        tokenizer: A ``transformers`` tokenizer, or a ``tokenizers.Tokenizer`` (give
+            ``chat_template=`` then). Not saved in checkpoints: give it again to
+            ``load_from_checkpoint``.
+        chat_template: A Jinja chat template; replaces the tokenizer's (needed when the
+            tokenizer has none).
+        train_on: ``"assistant"`` (every assistant message), ``"last"`` (the last one) or
+            ``"all"`` (every token).
+        packing: Pack the conversations into rows of ``seq_length`` tokens, each whole in
+            one row.
+        seq_length: Tokens per packed row (with ``packing=True``).
+        max_length: The most tokens of a padded conversation (None: no limit); with
+            ``packing=True`` the limit is ``seq_length``.
+        overlong: ``"drop"``, ``"truncate"`` or ``"error"``, for conversations over the
+            limit.
+        on_error: ``"raise"`` (name the file, the line or row, and the key or role at
+            fault) or ``"skip"`` records that cannot be rendered (counted in
+            :attr:`skipped`).
+        token_cache: Where token stores live: a directory, None for
+            ``$DATAMODULES_CACHE/tokens`` (or ``~/.cache/datamodules/tokens``), or False to
+            render at every setup (into a temporary store).
+        epoch_size: Reserved for blends of Sources (not supported yet: refused).
+        eval_per_source: Reserved for blends of Sources (not supported yet: refused).
+        storage_options: Passed to fsspec for remote files; credentials are never saved.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        bucket: Group padded train conversations of similar length (less padding).
+        pad_to_multiple_of: Round each padded batch's length up to a multiple of this.
+        tokenize_workers: Processes that render a new store: ``"auto"`` (the CPUs) or an int
+            (0: this process).
+    """
+
+    fetch = GATHERED
+    hparams_ignore = (*BaseDataModule.hparams_ignore, "conversations", "tokenizer")
+
+    def __init__(
+        self,
+        conversations: Sequence[Any] | Any | None = None,
+        *,
+        train_file: Files = None,
+        val_file: Files = None,
+        test_file: Files = None,
+        messages_key: str = "messages",
+        tokenizer: Any = None,
+        chat_template: str | None = None,
+        train_on: str = "assistant",
+        packing: bool = False,
+        seq_length: int | None = None,
+        max_length: int | None = None,
+        overlong: str = "drop",
+        on_error: str = "raise",
+        token_cache: str | os.PathLike | bool | None = None,
+        epoch_size: int | None = None,
+        eval_per_source: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        bucket: bool = True,
+        pad_to_multiple_of: int | None = None,
+        tokenize_workers: int | str = "auto",
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
+    ) -> None:
+        super().__init__(**shared_arguments(locals()))
+        if tokenizer is None:
+            raise ValueError(
+                "tokenizer=None is not accepted: ChatDataModule renders conversations with "
+                "your tokenizer's chat template; give a transformers tokenizer, or a "
+                "tokenizers.Tokenizer with chat_template=."
+            )
+        self.renderer = ChatRenderer(
+            tokenizer, chat_template=chat_template, train_on=train_on, messages_key=messages_key
+        )
+        self.tokenizer = tokenizer
+        self.train_on, self.messages_key = train_on, messages_key
+        check_bool(packing, "packing")
+        check_int(seq_length, "seq_length", 1, allow_none=True)
+        check_int(max_length, "max_length", 1, allow_none=True)
+        check_int(pad_to_multiple_of, "pad_to_multiple_of", 1, allow_none=True)
+        check_bool(bucket, "bucket")
+        check_choice(overlong, "overlong", OVERLONG)
+        check_on_error(on_error)
+        if packing and seq_length is None:
+            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
+        if not packing and seq_length is not None:
+            raise ValueError(
+                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
+                "or max_length= for the longest padded conversation."
+            )
+        if packing and max_length is not None:
+            raise ValueError(
+                f"max_length={max_length} limits padded conversations; with packing=True the "
+                f"limit is seq_length={seq_length}: drop max_length."
+            )
+        if packing and pad_to_multiple_of is not None:
+            raise ValueError("pad_to_multiple_of applies to padded batches, not packing=True.")
+        self.packing, self.seq_length, self.max_length = packing, seq_length, max_length
+        self.overlong, self.on_error = overlong, on_error
+        self.bucket, self.pad_to_multiple_of = bucket, pad_to_multiple_of
+        files = self._check_inputs(conversations, train_file, val_file, test_file)
+        check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        check_bool(eval_per_source, "eval_per_source")
+        if epoch_size is not None or eval_per_source:
+            raise ValueError(
+                "epoch_size= and eval_per_source=True apply to blends of Sources, which "
+                "ChatDataModule does not read yet: drop them."
+            )
+        self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
+        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
+            raise TypeError(
+                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
+                f"{cache_root('tokens')}) or False (render at every setup)."
+            )
+        self.token_cache = token_cache
+        storage_options = restored_storage_options(storage_options)
+        remote = check_remote_options(storage_options, retries, timeout)
+        save_without_credentials(self, storage_options)
+        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
+        self.corpus = ChatCorpus(
+            conversations, files, self.renderer, on_error, directory, tokenize_workers, remote,
+            self._ranks,
+        )  # fmt: skip
+        self._documents: dict[str, ChatDocuments] = {}
+        self._planners: dict[str, PackPlanner] = {}
+        self._warned = False
+
+    def _check_inputs(
+        self, conversations: Any, train_file: Any, val_file: Any, test_file: Any
+    ) -> dict[str, list[str] | None]:
+        if conversations is not None and train_file is not None:
+            raise ValueError("give conversations or train_file, not both.")
+        if conversations is None and train_file is None:
+            raise ValueError(
+                "ChatDataModule needs data: pass conversations (a list of records or a "
+                "datasets.Dataset) or train_file= (.jsonl / .parquet files of records)."
+            )
+        if conversations is not None and not (
+            is_dataset(conversations) or isinstance(conversations, (list, tuple))
+        ):
+            raise TypeError(
+                f"conversations={type(conversations).__name__} is not accepted: use a list of "
+                "records (or of message lists) or a datasets.Dataset."
+            )
+        files: dict[str, list[str] | None] = {}
+        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
+            name = SPLIT_FILES[split]
+            if value is not None and check_blend(value, name) is not None:
+                raise ValueError(
+                    f"{name}: a blend of Sources is not read by ChatDataModule yet: give paths."
+                )
+            files[split] = None if value is None else check_file_argument(value, name)
+        return files
+
+    def _ranks(self) -> tuple[int, int]:
+        trainer = self._trainer()
+        if trainer is not None:
+            return trainer.local_rank, trainer.global_rank
+        rank, _ = current_rank_and_world()
+        return int(os.environ.get("LOCAL_RANK", rank)), rank
+
+    # ------------------------------------------------------------------ data
+    @property
+    def limit(self) -> int | None:
+        """The most tokens a conversation may have: ``seq_length`` when packing, else
+        ``max_length`` (None: no limit)."""
+        return self.seq_length if self.packing else self.max_length
+
+    def documents(self, split: str) -> ChatDocuments:
+        """The conversations of ``split``'s own inputs (train: ``conversations`` or
+        ``train_file``) after ``overlong``, their store rendered first when missing."""
+        if split not in self._documents:
+            name = "seq_length" if self.packing else "max_length"
+            store = self.corpus.store(split)
+            self._documents[split] = ChatDocuments(store, self.limit, self.overlong, name)
+        return self._documents[split]
+
+    def build_dataset(self) -> ChatDocuments:
+        return self.documents("train")
+
+    def split_sources(self) -> dict[str, Any]:
+        return {s: self.documents(s) for s in ("val", "test") if self.corpus.has_split(s)}
+
+    def setup(self, stage: str | None = None) -> None:
+        """Renders (or maps) the conversations and splits them, once; warns on rank 0 about
+        conversations over the limit."""
+        super().setup(stage)
+        over = sum(d.overlong for d in self._documents.values())
+        if over and not self._warned:
+            self._warned = True
+            rank_zero_warn(f"ChatDataModule: {self._overlong_line()}")
+
+    def _overlong_line(self) -> str:
+        over = sum(d.overlong for d in self._documents.values())
+        cut = sum(d.cut_tokens for d in self._documents.values())
+        name = "seq_length" if self.packing else "max_length"
+        done = {"drop": "dropped", "truncate": f"cut to the limit ({cut:,} tokens cut)"}
+        return (
+            f"{counted(over, 'conversation')} over {name}={self.limit} "
+            f"{done.get(self.overlong, '')} (overlong={self.overlong!r})"
+        )
+
+    @property
+    def skipped(self) -> Skipped:
+        """Records left out under ``on_error="skip"``, with where they are and why."""
+        return self.corpus.skipped
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the model must embed: the tokenizer's length."""
+        return int(self.renderer.vocab_size)
+
+    @property
+    def pad_id(self) -> int:
+        """The id written at padding: the tokenizer's pad id, else EOS, else 0."""
+        return int(self.renderer.pad_id)
+
+    # ------------------------------------------------------------------ views and samplers
+    def planner(self, split: str) -> PackPlanner:
+        """The pack planner of a split (``packing=True``): whole conversations, best fit."""
+        indices = self._require_setup()[split]
+        if split not in self._planners:
+            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
+            shuffle = self.shuffle and split == "train"
+            self._planners[split] = PackPlanner(
+                lengths, self.seq_length, "whole", shuffle, self.shuffle_seed
+            )
+        return self._planners[split]
+
+    def make_view(self, split: str, dataset: ChatDocuments, indices: torch.Tensor) -> SplitView:
+        transform = self.transform_for(split)
+        if self.packing:
+            return ChatPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
+        return ChatPaddedView(dataset, indices, transform, self.pad_id, self.pad_to_multiple_of)
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        train = split == "train"
+        if isinstance(view, ChatPackedView):
+            return PackedRowSampler(
+                view.planner,
+                self.batch_size,
+                drop_last=self.drop_last and train,
+                num_replicas=world,
+                rank=rank,
+            )
+        assert isinstance(view, ChatPaddedView)
+        return BucketBatchSampler(
+            view.lengths,
+            self.batch_size,
+            bucket=self.bucket and train,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            shuffle=self.shuffle and train,
+            drop_last=self.drop_last and train,
+            seed=self.shuffle_seed,
+            num_replicas=world,
+            rank=rank,
+        )
+
+    # ------------------------------------------------------------------ summary
+    def extra_summary(self) -> list[str]:
+        """The store, tokens and trained tokens per input, overlong and skipped records, and
+        (packing) the rows' fill."""
+        lines = [
+            f"  rendering: train_on={self.train_on!r}, messages_key={self.messages_key!r}, "
+            f"{'packed into rows of ' + str(self.seq_length) if self.packing else 'padded'}"
+        ]
+        if self.split_indices is None:
+            return lines
+        for split, docs in self._documents.items():
+            lines.append(
+                f"  {split} inputs: {counted(len(docs), 'conversation')}, "
+                f"{docs.num_tokens:,} tokens, {docs.trained_tokens:,} trained (store "
+                f"{docs.path})"
+            )
+        if self.limit is not None:
+            lines.append(f"  overlong: {self._overlong_line()}")
+        lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
+        if self.packing:
+            sampler = self._samplers.get("train")
+            for split, idx in self.split_indices.items():
+                if len(idx):
+                    epoch = sampler.epoch if split == "train" and sampler is not None else 0
+                    lines.append("  " + packing_lines(self.planner(split), split, epoch))
+        return lines

@@ -1,0 +1,30 @@
+"""Conversations rendered with a chat template into token ids and a loss mask.
+
+A shared layer below the data kinds that read conversations (chat, and image-text's
+conversations about images). It imports ``core`` alone; transformers is imported when a renderer
+is built.
+
+* :mod:`~datamodules.conversations.messages`: the record formats (OpenAI / Hugging Face
+  messages, ShareGPT, TRL's prompt/completion), normalised and checked;
+  :class:`ConversationError`, what a bad record raises.
+* :mod:`~datamodules.conversations.render`: :class:`ChatRenderer`, a record into
+  ``(input_ids, trained)``, with the rules of the loss mask.
+"""
+
+from __future__ import annotations
+
+from datamodules.conversations.messages import (
+    Conversation,
+    ConversationError,
+    normalize_messages,
+    parse_record,
+)
+from datamodules.conversations.render import ChatRenderer
+
+__all__ = [
+    "ChatRenderer",
+    "Conversation",
+    "ConversationError",
+    "normalize_messages",
+    "parse_record",
+]

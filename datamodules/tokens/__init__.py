@@ -1,0 +1,15 @@
+"""Tokens: the shared layer below text and chat data (token ids in flat buffers and on disk).
+
+* :mod:`~datamodules.tokens.inputs`: input files, read in chunks through the shard layer.
+* :mod:`~datamodules.tokens.store` / :mod:`~datamodules.tokens.store_build`: the token store, a
+  corpus tokenized once and memory-mapped, and how it is built.
+* :mod:`~datamodules.tokens.token_files`: Megatron-LM and flat (nanoGPT) token files.
+* :mod:`~datamodules.tokens.token_checks`: checks of token ids against a vocabulary.
+* :mod:`~datamodules.tokens.vocab`: the built-in character/word vocabulary and tokenizer glue.
+* :mod:`~datamodules.tokens.encoding`: tokenized texts in one flat buffer; padded batches from it.
+* :mod:`~datamodules.tokens.packing`: packed rows for language models (``packing=True``).
+* :mod:`~datamodules.tokens.mixture` / :mod:`~datamodules.tokens.blends` /
+  :mod:`~datamodules.tokens.blend_resume`: blends of token corpora, their quotas and resume.
+"""
+
+__all__: list[str] = []
