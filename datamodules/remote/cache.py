@@ -31,8 +31,9 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from datamodules.core.checks import check_size
@@ -234,9 +235,13 @@ class Prefetcher:
     #: under way are not preempted, and that shard is needed first.
     GRACE = 0.5
 
-    def __init__(self, cache: ShardCache, ahead: int) -> None:
+    def __init__(
+        self, cache: ShardCache, ahead: int, on_fetched: Callable[[str], Any] | None = None
+    ) -> None:
         self.cache = cache
         self.ahead = ahead
+        #: Called with a shard's URL once its copy is complete (in the thread that fetched it).
+        self.on_fetched = on_fetched
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, Future] = {}
         self._order = itertools.count()  # the shards' order: the next one's requests first
@@ -265,9 +270,20 @@ class Prefetcher:
         for url, version, size in new.values():
             order = next(self._order)
             before, self._requested = self._requested, _Requested(workers)
-            self._futures[url] = self._pool.submit(
+            future = self._pool.submit(
                 self._fetch, url, version, size, order, after_reading, before, self._requested
             )
+            self._futures[url] = future
+            future.add_done_callback(partial(self._done, url))
+
+    def _done(self, url: str, future: Future) -> None:
+        if self.on_fetched is not None and not future.cancelled() and not future.exception():
+            self.on_fetched(url)
+
+    def fetched(self, url: str) -> bool:
+        """Whether ``url`` was fetched ahead and its copy is complete, not yet read."""
+        future = self._futures.get(url)
+        return future is not None and future.done() and not future.exception()
 
     def _fetch(self, url, version, size, order, after, before, requested) -> str:  # noqa: ANN001
         """Downloads one shard once the one before it has asked for its parts (requests
