@@ -171,15 +171,17 @@ class ShardReader:
         hide behind), so prefetching starts with the second.
         """
         self._plan = list(paths)
-        if self._keeps_copies():
-            self._prefetch_after(-1)
+        if self._keeps_copies():  # the first shard is read once copied: its fetch is a read
+            self._prefetch_after(-1, read_first=True)
         else:  # after the first shard's first parts: requests under way are not preempted
             self._prefetch_after(0, after_reading=bool(paths) and is_remote(paths[0]))
 
     def _keeps_copies(self) -> bool:
         return self.cache is not None and self.cache.keep
 
-    def _prefetch_after(self, position: int, after_reading: bool = False) -> None:
+    def _prefetch_after(
+        self, position: int, after_reading: bool = False, read_first: bool = False
+    ) -> None:
         """Keeps the shards after ``position`` (the planned shard being read) fetched ahead:
         ``prefetch_shards`` of them downloading (more while they add up to less than
         :data:`PREFETCH_BYTES`), and, as each copy completes, the next one started while at
@@ -206,7 +208,7 @@ class ShardReader:
                     break
                 upcoming.append(self._identity(path))
                 total += size
-            self._prefetcher.schedule(upcoming, after_reading)
+            self._prefetcher.schedule(upcoming, after_reading, read_first)
 
     def _fetched(self, url: str) -> None:
         """A copy fetched ahead is complete (called in the thread that fetched it): the
