@@ -154,16 +154,13 @@ class MultiBuffer:
 def _groups(
     rows: list[int], runs: list[tuple[int, int, int]]
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """A batch's rows grouped by source (stable), and the groups ``(source, first, end)``.
-
-    ``runs`` are the epoch's ``(first unit, end unit, source)``, by source: each source's
-    units are one run of the layout, so a row's source is the run that holds it (a few
-    comparisons in one list comprehension per source, not a lookup and a sort per row).
-    """
+    """A batch's rows grouped by source (stable), and the groups ``(source, first, end)``;
+    ``runs``: the epoch's ``(first unit, end unit, source)`` by source (each source's units
+    are one run of the layout: a list comprehension per source, no lookup and sort per row)."""
     if len(runs) == 1:
         return rows, [(runs[0][2], 0, len(rows))]
     out: list[int] = []
-    groups = []
+    groups: list[tuple[int, int, int]] = []
     for lo, hi, s in runs:
         part = [r for r in rows if lo <= r < hi]
         if part:
@@ -266,9 +263,8 @@ class _MixedView(SplitView):
         self._tokens = None
 
     def _number_documents(self) -> None:
-        """Numbers the split's documents across the blend, source after source
-        (``doc_bases``), and gives each its first token's offset within its own source's
-        buffer (``doc_offsets``), so that an epoch's layout reads both with one index."""
+        """Numbers the split's documents across the blend (``doc_bases``) and gives each its
+        first token's offset in its own source's buffer (``doc_offsets``), for the layouts."""
         self.doc_bases = np.zeros(len(self.encoded) + 1, dtype=np.int64)
         np.cumsum([len(d) for d in self.docs], out=self.doc_bases[1:])
         offsets = [e.offsets_np[:-1][d] for e, d in zip(self.encoded, self.docs, strict=True)]
