@@ -267,7 +267,11 @@ def blend(lengths: np.ndarray, repeats: int) -> None:
         for name, part in (("one", docs), ("a", docs[0::2]), ("b", docs[1::2])):
             paths[name] = str(Path(tmp) / f"{name}.bin")
             np.concatenate(part).astype(np.uint16).tofile(paths[name])
-        print(f"\n4. A blend of two token files against one file, median of {repeats} epochs")
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(
+            f"\n4. A blend of two token files against one file, median of {repeats} epochs "
+            f"(torch threads {torch.get_num_threads()}, load average {load})"
+        )
         print(f"{'loader':<44} {'real tokens/s':>14} {'blend is':>9}")
         for workers in (0, 2):
             common = {"eos_id": 0, "vocab_size": 50_000, "packing": True, "seq_length": SEQ,

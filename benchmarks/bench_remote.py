@@ -1,25 +1,32 @@
-"""Streaming remote shards: prefetch and the local cache against local disk, in the same run.
+"""Streaming remote shards: every epoch from the server, or the first into a cache, against
+local disk, side by side in the same run.
 
 Data: the 100k-record JSONL shards of ``benchmarks/bench_streaming.py`` (16 shards, records
 ``{"id", "tokens"}`` with lognormal lengths), written to a temporary directory.
 
 Server: a ``ThreadingHTTPServer`` on 127.0.0.1 that serves byte ranges, waits ``--latency``
 (100 ms) before every response and sends at most ``--bandwidth`` (20 MB/s) per connection,
-which is what object storage looks like from one machine.
+which is what object storage looks like from one machine. It counts the requests in flight
+(from a request's arrival to its last byte sent) over time.
 
-Each figure is one full epoch of ``StreamingDataModule(...).train_dataloader()`` with 2
-workers, batch 64, a 10,000-record shuffle buffer and the default collate (worker start
-included; every record checked to arrive exactly once), the median over ``--repeats``:
+Three DataModules stay alive side by side, ``StreamingDataModule(...)`` with 2 workers, batch
+64, a 10,000-record shuffle buffer and the default collate, and their epochs alternate (which
+one goes first rotates each epoch):
 
-* ``local disk``: the shards as local files (the baseline);
-* ``remote, no prefetch``: the URLs read in place (``prefetch_shards=0``);
-* ``remote, prefetch``: the URLs with ``prefetch_shards`` (default 1) and no cache: the first
-  epoch of a run;
-* ``remote, from cache``: with ``cache_dir``, the second epoch (the first fills the cache).
+* ``local``: the shards as local files (the baseline);
+* ``remote``: the URLs, no cache: every epoch reads from the server (the next shards fetched
+  ahead into a private folder, ``prefetch_shards``, default 1);
+* ``remote, cache_dir``: the URLs with a ``cache_dir`` made empty at each run's start: its
+  first epoch reads from the server into the cache, the later ones read the copies.
 
-Each row also gives the median seconds from the loader's ``iter`` to its first batch.
+An epoch is one full pass of a fresh ``train_dataloader()`` (worker start included; every
+record checked to arrive exactly once). Per epoch of a run the benchmark prints records/s,
+each remote mode's ratio to the local epoch of the same round, and the requests in flight
+during it (the most at once, and the mean); then the median ratio per epoch over
+``--runs`` runs, and, for the first epoch of the last run, the requests in flight per 100 ms.
 
-Run: ``python benchmarks/bench_remote.py [--records 100000] [--repeats 3]``.
+Run: ``python benchmarks/bench_remote.py [--records 100000] [--runs 3] [--epochs 3]
+[--prefetch 1]``.
 """
 
 from __future__ import annotations
@@ -57,9 +64,22 @@ class SlowHandler(http.server.SimpleHTTPRequestHandler):
 
     latency = 0.1
     bandwidth = 20e6
+    flight: InFlight | None = None
 
     def log_message(self, *args: Any) -> None:
         pass
+
+    def handle_one_request(self) -> None:
+        flight = self.flight
+        # A kept-alive connection waits here for its next request: counted once it arrives.
+        if flight is None or not self.rfile.peek(1):
+            super().handle_one_request()
+            return
+        flight.change(+1)
+        try:
+            super().handle_one_request()
+        finally:
+            flight.change(-1)
 
     def do_HEAD(self) -> None:  # noqa: N802
         time.sleep(self.latency)
@@ -98,6 +118,46 @@ class SlowHandler(http.server.SimpleHTTPRequestHandler):
             return
 
 
+class InFlight:
+    """Requests in flight at the server over time: ``(seconds, count)`` at every change."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.began = time.perf_counter()
+        self.changes: list[tuple[float, int]] = []
+
+    def change(self, step: int) -> None:
+        with self.lock:
+            self.now += step
+            self.changes.append((time.perf_counter() - self.began, self.now))
+
+    def window(self, start: float, stop: float) -> list[tuple[float, int]]:
+        """The changes within ``[start, stop)`` (perf_counter seconds), the count at
+        ``start`` first."""
+        a, b = start - self.began, stop - self.began
+        with self.lock:
+            changes = list(self.changes)
+        before = [c for t, c in changes if t < a]
+        return [(a, before[-1] if before else 0)] + [(t, c) for t, c in changes if a <= t < b]
+
+
+def in_flight(changes: list[tuple[float, int]], stop: float, step: float | None = None) -> Any:
+    """The most requests in flight at once and the time-weighted mean over ``changes`` up to
+    ``stop`` (seconds as in the changes); with ``step``, the mean per step instead."""
+    t0 = changes[0][0]
+    edges = [t for t, _ in changes[1:]] + [stop]
+    spans = [(t, e, c) for (t, c), e in zip(changes, edges, strict=True)]
+    if step is None:
+        total = sum((e - t) * c for t, e, c in spans)
+        return max(c for _, _, c in spans), total / max(stop - t0, 1e-9)
+    out = []
+    for k in range(int((stop - t0) / step) + 1):
+        lo, hi = t0 + k * step, t0 + (k + 1) * step
+        out.append(sum(max(0.0, min(e, hi) - max(t, lo)) * c for t, e, c in spans) / step)
+    return out
+
+
 class Server(http.server.ThreadingHTTPServer):
     """A threaded server that accepts many connections at once, as object storage does (the
     stdlib's backlog of 5 drops the rest, and a dropped SYN waits a second to be resent)."""
@@ -105,29 +165,30 @@ class Server(http.server.ThreadingHTTPServer):
     request_queue_size = 256
 
 
-def serve(root: Path, latency: float, bandwidth: float) -> tuple[Any, str]:
-    handler = type("Handler", (SlowHandler,), {"latency": latency, "bandwidth": bandwidth})
+def serve(
+    root: Path, latency: float, bandwidth: float, flight: InFlight | None = None
+) -> tuple[Any, str]:
+    handler = type(
+        "Handler", (SlowHandler,), {"latency": latency, "bandwidth": bandwidth, "flight": flight}
+    )
     server = Server(("127.0.0.1", 0), partial(handler, directory=root))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float]:
-    """One full epoch of the train loader; checks every id once; returns records/s and the
-    seconds to the first batch."""
+def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float]:
+    """One full epoch of a fresh train loader; checks every id once; returns records/s and
+    the epoch's start and end (perf_counter seconds)."""
     loader = dm.train_dataloader()
     began = time.perf_counter()
-    first = None
     ids = []
     for batch in loader:
-        if first is None:
-            first = time.perf_counter() - began
-        ids.extend(int(i) for i in batch["id"])
-    elapsed = time.perf_counter() - began
+        ids.extend(batch["id"].tolist())
+    ended = time.perf_counter()
     if sorted(ids) != list(range(n)):
         raise AssertionError("records lost or repeated")
-    return n / elapsed, first or 0.0
+    return n / (ended - began), began, ended
 
 
 def make(paths: list[str], **kwargs: Any) -> StreamingDataModule:
@@ -142,56 +203,78 @@ def make(paths: list[str], **kwargs: Any) -> StreamingDataModule:
     )
 
 
+MODES = ("local", "remote", "remote, cache_dir")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per request")
     parser.add_argument("--bandwidth", type=float, default=20e6, help="bytes/s per connection")
     parser.add_argument("--prefetch", type=int, default=1, help="prefetch_shards")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-remote-"))
+    flight = InFlight()
+    ratios: dict[tuple[str, int], list[float]] = {}
+    load_before = os.getloadavg()[0]
     try:
-        local = write_jsonl(root, args.records)
-        server, base = serve(root, args.latency, args.bandwidth)
-        urls = [f"{base}/{Path(p).relative_to(root).as_posix()}" for p in local]
+        local = write_jsonl(root / "shards", args.records)
+        server, base = serve(root / "shards", args.latency, args.bandwidth, flight)
+        urls = [f"{base}/{Path(p).name}" for p in local]
         size = sum(os.path.getsize(p) for p in local)
-        rates: dict[str, list[float]] = {}
-        firsts: dict[str, list[float]] = {}
-
-        def record(name: str, result: tuple[float, float]) -> None:
-            rates.setdefault(name, []).append(result[0])
-            firsts.setdefault(name, []).append(result[1])
-
-        for _ in range(args.repeats):
-            cache = root / "cache"
-            shutil.rmtree(cache, ignore_errors=True)
-            runs = {
-                "local disk": (local, {}),
-                "remote, no prefetch": (urls, {"prefetch_shards": 0}),
-                "remote, prefetch (first epoch)": (urls, {"prefetch_shards": args.prefetch}),
+        print(
+            f"{args.records:,} records in {len(local)} JSONL shards ({size / 1e6:.1f} MB), "
+            f"{WORKERS} workers, batch {BATCH}; server: {args.latency * 1000:.0f} ms per "
+            f"request, {args.bandwidth / 1e6:.0f} MB/s per connection; "
+            f"prefetch_shards={args.prefetch}"
+        )
+        cpus, python = os.cpu_count(), platform.python_version()
+        print(f"machine: {platform.machine()}, {cpus} CPUs, Python {python}")
+        timeline: dict[str, list[float]] = {}
+        for run in range(args.runs):
+            cache = root / f"cache-{run}"
+            dms = {
+                "local": make(local),
+                "remote": make(urls, prefetch_shards=args.prefetch),
+                "remote, cache_dir": make(
+                    urls, prefetch_shards=args.prefetch, cache_dir=str(cache)
+                ),
             }
-            for name, (paths, kwargs) in runs.items():
-                record(name, epoch(make(paths, **kwargs), args.records))
-            cached = make(urls, prefetch_shards=args.prefetch, cache_dir=str(cache))
-            epoch(cached, args.records)  # fills the cache
-            record("remote, from cache (second epoch)", epoch(cached, args.records))
+            print(f"\nrun {run + 1}, load average {os.getloadavg()[0]:.1f}")
+            print(f"{'epoch':<7}" + "".join(f"{m:>20}" for m in MODES) + "  in flight: most / mean")
+            for e in range(args.epochs):
+                order = MODES[e % 3 :] + MODES[: e % 3]
+                results = {m: epoch(dms[m], args.records) for m in order}
+                cells, notes = [], []
+                for m in MODES:
+                    rate, began, ended = results[m]
+                    if m == "local":
+                        cells.append(f"{rate:>20,.0f}")
+                        continue
+                    ratio = rate / results["local"][0]
+                    ratios.setdefault((m, e), []).append(ratio)
+                    cells.append(f"{f'{rate:,.0f} ({ratio:.2f}x)':>20}")
+                    most, mean = in_flight(flight.window(began, ended), ended - flight.began)
+                    notes.append(f"{most} / {mean:.1f}")
+                    if run == args.runs - 1 and e == 0:
+                        window = flight.window(began, ended)
+                        timeline[m] = in_flight(window, ended - flight.began, 0.1)
+                print(f"{e:<7}" + "".join(cells) + "  " + ", ".join(notes))
         server.shutdown()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    base_rate = statistics.median(rates["local disk"])
-    print(
-        f"{args.records:,} records in 16 JSONL shards ({size / 1e6:.1f} MB), {WORKERS} workers, "
-        f"batch {BATCH}; server: {args.latency * 1000:.0f} ms per request, "
-        f"{args.bandwidth / 1e6:.0f} MB/s per connection; median of {args.repeats}"
-    )
-    cpus, python = os.cpu_count(), platform.python_version()
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"machine: {platform.machine()}, {cpus} CPUs, Python {python}; load average {load}")
-    print(f"{'loader':<36}{'records/s':>12}{'vs local disk':>16}{'first batch':>14}")
-    for name, values in rates.items():
-        rate, first = statistics.median(values), statistics.median(firsts[name])
-        print(f"{name:<36}{rate:>12,.0f}{rate / base_rate:>15.2f}x{first:>13.2f}s")
+    print(f"\nmedian over {args.runs} runs, vs the local epoch of the same round")
+    print(f"{'epoch':<7}" + "".join(f"{m:>20}" for m in MODES[1:]))
+    for e in range(args.epochs):
+        row = "".join(f"{statistics.median(ratios[(m, e)]):>19.2f}x" for m in MODES[1:])
+        print(f"{e:<7}{row}")
+    print("\nrequests in flight per 100 ms, epoch 0 of the last run (mean over each 100 ms)")
+    for m, counts in timeline.items():
+        print(f"{m:<18} " + " ".join(f"{c:.0f}" for c in counts))
+    after = os.getloadavg()
+    print(f"load average before {load_before:.1f}, after {after[0]:.1f} (5 min {after[1]:.1f})")
 
 
 if __name__ == "__main__":

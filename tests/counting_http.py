@@ -2,9 +2,9 @@
 
 It serves byte ranges (``206`` with ``Content-Range``), an ``ETag`` and ``Last-Modified`` per
 file (from its size and modification time), answers a matching ``If-None-Match`` with ``304``,
-and counts every request per (method, path) and every body byte sent. ``latency`` (seconds
-before each answer) and ``bandwidth`` (bytes/s per connection) make it as slow as a remote
-store when asked.
+and counts every request per (method, path) and every body byte sent; ``log`` holds each GET
+with its ``Range`` and when it arrived and ended. ``latency`` (seconds before each answer)
+and ``bandwidth`` (bytes/s per connection) make it as slow as a remote store when asked.
 """
 
 from __future__ import annotations
@@ -16,11 +16,24 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CountingServer", "counting_server"]
+__all__ = ["CountingServer", "Request", "counting_server"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One GET as the server saw it: ``arrived`` and ``ended`` in ``time.monotonic()``
+    seconds (``ended``: after its last byte was sent), ``start`` the first byte it asked for
+    (0 without a ``Range``)."""
+
+    path: str
+    start: int
+    arrived: float
+    ended: float
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -55,6 +68,15 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self) -> None:  # noqa: N802
+        arrived = time.monotonic()
+        try:
+            self._get()
+        finally:
+            header = self.headers.get("Range") or "bytes=0-"
+            start = int(header.split("=", 1)[1].partition("-")[0])
+            self.owner.logged(Request(self.path, start, arrived, time.monotonic()))
+
+    def _get(self) -> None:
         time.sleep(self.owner.latency)
         path = self._file()
         if path is None:
@@ -108,12 +130,14 @@ class CountingServer:
         url: ``http://127.0.0.1:PORT``.
         requests: Requests per ``(method, path)``.
         bytes: Body bytes sent per path.
+        log: Every GET answered, in the order they ended (:class:`Request`).
     """
 
     def __init__(self, root: str | os.PathLike, latency: float = 0.0, bandwidth: float = 0.0):
         self.latency, self.bandwidth = latency, bandwidth
         self.requests: Counter = Counter()
         self.bytes: Counter = Counter()
+        self.log: list[Request] = []
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"owner": self})
         self.server = http.server.ThreadingHTTPServer(
@@ -130,11 +154,16 @@ class CountingServer:
             self.requests[(method, path)] += 1
             self.bytes[path] += sent
 
+    def logged(self, request: Request) -> None:
+        with self._lock:
+            self.log.append(request)
+
     def reset(self) -> None:
-        """Forgets the counts so far."""
+        """Forgets the counts and the log so far."""
         with self._lock:
             self.requests.clear()
             self.bytes.clear()
+            self.log.clear()
 
     @property
     def total_requests(self) -> int:

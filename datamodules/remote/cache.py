@@ -31,8 +31,9 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from datamodules.core.checks import check_size
@@ -234,9 +235,13 @@ class Prefetcher:
     #: under way are not preempted, and that shard is needed first.
     GRACE = 0.5
 
-    def __init__(self, cache: ShardCache, ahead: int) -> None:
+    def __init__(
+        self, cache: ShardCache, ahead: int, on_fetched: Callable[[str], Any] | None = None
+    ) -> None:
         self.cache = cache
         self.ahead = ahead
+        #: Called with a shard's URL once its copy is complete (in the thread that fetched it).
+        self.on_fetched = on_fetched
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, Future] = {}
         self._order = itertools.count()  # the shards' order: the next one's requests first
@@ -244,13 +249,20 @@ class Prefetcher:
         self._requested.set()
 
     def schedule(
-        self, upcoming: Sequence[tuple[str, str | None, int | None]], after_reading: bool = False
+        self,
+        upcoming: Sequence[tuple[str, str | None, int | None]],
+        after_reading: bool = False,
+        read_first: bool = False,
     ) -> None:
         """Starts fetching ``upcoming`` ``(url, version, size)`` not fetched yet, in order;
         with ``after_reading``, once a shard being read has asked for its first parts (or
         after :attr:`GRACE` seconds). Each counts among the files that share the process's
         connections (:meth:`~datamodules.remote.pool.RequestPool.share`) until it is
-        fetched: a few shards at once are each asked for in fewer, larger parts."""
+        fetched: a few shards at once are each asked for in fewer, larger parts.
+        ``read_first``: the first of them is the shard about to be read (a cache's first
+        shard, read once copied): its requests run as a read's
+        (:data:`~datamodules.remote.pool.READING`), which is also what a worker's head start
+        waits for (:func:`~datamodules.remote.pool.wait_requested`)."""
         if self.ahead <= 0:
             return
         new = {url: (url, version, size) for url, version, size in upcoming
@@ -262,14 +274,27 @@ class Prefetcher:
         workers = pool(self.cache.options)
         workers.add_file(len(new))  # all counted before the first starts
         workers.asking_for(len(new))
-        for url, version, size in new.values():
+        for k, (url, version, size) in enumerate(new.values()):
             order = next(self._order)
+            reading = read_first and k == 0 and url == upcoming[0][0]
+            priority = READING if reading else (PREFETCH, order)
             before, self._requested = self._requested, _Requested(workers)
-            self._futures[url] = self._pool.submit(
-                self._fetch, url, version, size, order, after_reading, before, self._requested
+            future = self._pool.submit(
+                self._fetch, url, version, size, priority, after_reading, before, self._requested
             )
+            self._futures[url] = future
+            future.add_done_callback(partial(self._done, url))
 
-    def _fetch(self, url, version, size, order, after, before, requested) -> str:  # noqa: ANN001
+    def _done(self, url: str, future: Future) -> None:
+        if self.on_fetched is not None and not future.cancelled() and not future.exception():
+            self.on_fetched(url)
+
+    def fetched(self, url: str) -> bool:
+        """Whether ``url`` was fetched ahead and its copy is complete, not yet read."""
+        future = self._futures.get(url)
+        return future is not None and future.done() and not future.exception()
+
+    def _fetch(self, url, version, size, priority, after, before, requested) -> str:  # noqa: ANN001
         """Downloads one shard once the one before it has asked for its parts (requests
         that have started are not preempted: the next shard's go first)."""
         try:
@@ -278,7 +303,7 @@ class Prefetcher:
                 workers.reading.wait(self.GRACE)
             before.wait(self.GRACE)
             share = workers.share()
-            return self.cache.ensure(url, version, size, (PREFETCH, order), requested, share)
+            return self.cache.ensure(url, version, size, priority, requested, share)
         finally:
             pool(self.cache.options).add_file(-1)
             requested.set()

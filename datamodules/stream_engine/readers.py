@@ -120,6 +120,8 @@ class ShardReader:
         self.prefetch_shards = prefetch_shards
         self._prefetcher: Prefetcher | None = None
         self._plan: list[str] = []
+        self._position = -1  # the planned shard being read (-1: none yet)
+        self._lock = threading.RLock()  # the reader's thread and the prefetch threads
         #: Continue a local shard's read where the previous range stopped (set by a mixed
         #: stream, which reads shards in chunks).
         self.continues = False
@@ -131,7 +133,12 @@ class ShardReader:
         state["_prefetcher"] = None  # threads stay in their process
         state["_positions"] = None
         state["_expected"] = set()  # registered per process
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def index_of(self, path: str) -> ShardIndex | None:
         """The index of the shard ``path`` (None: not indexed)."""
@@ -164,27 +171,49 @@ class ShardReader:
         hide behind), so prefetching starts with the second.
         """
         self._plan = list(paths)
-        if self._keeps_copies():
-            self._prefetch_after(-1)
+        if self._keeps_copies():  # the first shard is read once copied: its fetch is a read
+            self._prefetch_after(-1, read_first=True)
         else:  # after the first shard's first parts: requests under way are not preempted
             self._prefetch_after(0, after_reading=bool(paths) and is_remote(paths[0]))
 
     def _keeps_copies(self) -> bool:
         return self.cache is not None and self.cache.keep
 
-    def _prefetch_after(self, position: int, after_reading: bool = False) -> None:
+    def _prefetch_after(
+        self, position: int, after_reading: bool = False, read_first: bool = False
+    ) -> None:
+        """Keeps the shards after ``position`` (the planned shard being read) fetched ahead:
+        ``prefetch_shards`` of them downloading (more while they add up to less than
+        :data:`PREFETCH_BYTES`), and, as each copy completes, the next one started while at
+        most ``prefetch_shards`` complete copies wait to be read (so at most twice
+        ``prefetch_shards`` shards ahead, beyond that budget). The next shard's requests are
+        then in flight while the current one is read, even when a copy is read faster than
+        the shard after it can be fetched (a copy read in milliseconds would otherwise leave
+        the next shard's whole fetch, its latency first, to be waited for)."""
         if self.cache is None or self.prefetch_shards <= 0:
             return
-        if self._prefetcher is None:
-            self._prefetcher = Prefetcher(self.cache, self.prefetch_shards)
-        upcoming, total = [], 0
-        for path in self._plan[position + 1 :]:
-            size = getattr(self.index_of(path), "size", None) or PREFETCH_BYTES
-            if len(upcoming) >= self.prefetch_shards and total + size > PREFETCH_BYTES:
-                break
-            upcoming.append(self._identity(path))
-            total += size
-        self._prefetcher.schedule(upcoming, after_reading)
+        with self._lock:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(self.cache, self.prefetch_shards, self._fetched)
+            self._position = position
+            upcoming, total, ready = [], 0, 0
+            for path in self._plan[position + 1 :]:
+                if self._prefetcher.fetched(path):  # a complete copy, waiting to be read
+                    ready += 1
+                    if ready > self.prefetch_shards:
+                        break
+                    continue
+                size = getattr(self.index_of(path), "size", None) or PREFETCH_BYTES
+                if len(upcoming) >= self.prefetch_shards and total + size > PREFETCH_BYTES:
+                    break
+                upcoming.append(self._identity(path))
+                total += size
+            self._prefetcher.schedule(upcoming, after_reading, read_first)
+
+    def _fetched(self, url: str) -> None:
+        """A copy fetched ahead is complete (called in the thread that fetched it): the
+        shards after it may start."""
+        self._prefetch_after(self._position)
 
     def _identity(self, path: str) -> tuple[str, str | None, int | None]:
         index = self.index_of(path)

@@ -127,8 +127,8 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
             processes, one download per node under a file lock. None: read them in place.
         cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold; beyond it the
             least recently used shards are evicted, never one being read.
-        prefetch_shards: Remote shards each worker downloads ahead of the one it reads (0:
-            none); without ``cache_dir`` they go to a private temporary folder.
+        prefetch_shards: Remote shards each worker downloads ahead of the one it reads, and
+            copies it keeps waiting at most (0: none); no ``cache_dir``: in a temporary folder.
         image_key: Records are images: the field holding the encoded image (``"jpg"``), or
             alternatives tried in order (``"jpg;png;webp"``); bytes, or Hugging Face's
             ``{"bytes", "path"}``. Each is decoded, transformed (``train_transforms`` /

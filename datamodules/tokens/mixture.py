@@ -138,28 +138,48 @@ class MultiBuffer:
             return self.buffers[groups[0][0]].take(index, mode=mode)
         width = len(index) // groups[-1][2]
         out = np.empty(len(index), dtype=self.dtype)
-        for s, lo, hi in groups:
-            part = slice(lo * width, hi * width)
-            np.take(self.buffers[s], index[part], out=out[part], mode=mode)
+        buffers, dtype = self.buffers, self.dtype
+        for s, lo, hi in groups:  # the method, not np.take: its wrapper costs a third
+            a, b = lo * width, hi * width
+            if buffers[s].dtype == dtype:
+                buffers[s].take(index[a:b], out=out[a:b], mode=mode)
+            else:  # a take writes only its own dtype: sources of other widths are widened
+                out[a:b] = buffers[s].take(index[a:b], mode=mode)
         return out
 
     def __getitem__(self, index: np.ndarray) -> np.ndarray:
         return self.take(index.reshape(-1)).reshape(index.shape)
 
 
-def _groups(rows: list[int], sources: list[int]) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """A batch's rows grouped by source (stable), and the groups ``(source, first, end)``."""
-    first = sources[0]
-    if all(s == first for s in sources):
-        return rows, [(first, 0, len(rows))]
-    order = sorted(range(len(rows)), key=sources.__getitem__)
-    rows = [rows[i] for i in order]
-    groups, start = [], 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or sources[order[i]] != sources[order[start]]:
-            groups.append((sources[order[start]], start, i))
-            start = i
-    return rows, groups
+def _groups(
+    rows: list[int], runs: list[tuple[int, int, int]]
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """A batch's rows grouped by source (stable), and the groups ``(source, first, end)``;
+    ``runs``: the epoch's ``(first unit, end unit, source)`` by source (each source's units
+    are one run of the layout: a list comprehension per source, no lookup and sort per row)."""
+    if len(runs) == 1:
+        return rows, [(runs[0][2], 0, len(rows))]
+    out: list[int] = []
+    groups: list[tuple[int, int, int]] = []
+    for lo, hi, s in runs:
+        part = [r for r in rows if lo <= r < hi]
+        if part:
+            groups.append((s, len(out), len(out) + len(part)))
+            out += part
+    return out, groups
+
+
+def _runs(sources: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """``(first unit, end unit, source)`` by source, from the layout's ``(source, units)``
+    pieces in layout order (each source's pieces adjacent)."""
+    runs: dict[int, list[int]] = {}
+    position = 0
+    for s, n in sources:
+        run = runs.setdefault(s, [position, position])
+        if run[1] != position:
+            raise ValueError(f"the blend's layout holds source {s} in two places.")
+        run[1] = position = position + n
+    return [(lo, hi, s) for s, (lo, hi) in sorted(runs.items()) if hi > lo] or [(0, 0, 0)]
 
 
 def _name_seed(seed: int, name: str) -> int:
@@ -229,9 +249,8 @@ class _MixedView(SplitView):
         self.encoded, self.docs, self.units, self.mixture = encoded, docs, units, mixture
         self.pad_id = pad_id
         self._tokens: MultiBuffer | None = None
-        self.doc_bases = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(d) for d in docs], out=self.doc_bases[1:])
         self._epochs: OrderedDict[int, Any] = OrderedDict()
+        self._number_documents()
 
     def resume(
         self, mixture: Mixture, encoded: list[Any], docs: list[np.ndarray], units: list[BlendUnits]
@@ -239,10 +258,17 @@ class _MixedView(SplitView):
         """Reads ``mixture`` (a changed mix continued from a checkpoint) over these sources
         (one per entry of it, in its order), from now on."""
         self.encoded, self.docs, self.units, self.mixture = encoded, docs, units, mixture
-        self.doc_bases = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(d) for d in docs], out=self.doc_bases[1:])
+        self._number_documents()
         self._epochs.clear()
         self._tokens = None
+
+    def _number_documents(self) -> None:
+        """Numbers the split's documents across the blend (``doc_bases``) and gives each its
+        first token's offset in its own source's buffer (``doc_offsets``), for the layouts."""
+        self.doc_bases = np.zeros(len(self.encoded) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in self.docs], out=self.doc_bases[1:])
+        offsets = [e.offsets_np[:-1][d] for e, d in zip(self.encoded, self.docs, strict=True)]
+        self.doc_offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
 
     def layout(self, epoch: int) -> Any:
         """The epoch's layout (built once per epoch and worker, two kept)."""
@@ -272,9 +298,8 @@ class _MixedView(SplitView):
             self.tokens.expect([(0, 0, 0)])
             return self.layout(0), []
         layout = self.layout(ids[0] >> EPOCH_SHIFT)
-        unit_source = layout[1]  # (table or documents, each unit's source, ...)
         rows = [i & UNIT_MASK for i in ids]
-        rows, groups = _groups(rows, [unit_source[r] for r in rows])
+        rows, groups = _groups(rows, layout[1])  # (table or documents, the runs, ...)
         self.tokens.expect(groups)
         return layout, rows
 
@@ -292,34 +317,28 @@ class MixedPackedView(_MixedView):
 
     batches_per_message = 8
 
-    def _build(self, epoch: int) -> tuple[RowTable, np.ndarray]:
+    def _build(self, epoch: int) -> tuple[RowTable, list[tuple[int, int, int]]]:
         width = self.units[0].planner.seq_length  # type: ignore[union-attr]
-        docs_out, starts, lengths, counts, offsets, row_source = [], [], [], [], [], []
+        docs_out, starts, lengths, counts, sources = [], [], [], [], []
         for s, p, rows in _mixed_units(self.units, self.mixture, epoch):
             plan = self.units[s].planner.plan(p)  # type: ignore[union-attr]
-            first, last = plan.row_ptr[rows], plan.row_ptr[rows + 1]
-            n = last - first
-            total = int(n.sum())
-            piece = np.repeat(first - np.cumsum(n) + n, n) + np.arange(total)
-            local = self.docs[s][plan.doc[piece]]
-            docs_out.append(self.doc_bases[s] + plan.doc[piece])
-            offsets.append(self.encoded[s].offsets_np[local])  # within its own buffer
+            first = plan.row_ptr[rows]
+            n = plan.row_ptr[rows + 1] - first
+            piece = (first - n.cumsum() + n).repeat(n)
+            piece += np.arange(len(piece), dtype=np.int64)
+            doc = plan.doc[piece]
+            doc += self.doc_bases[s]  # numbered across the blend's split
+            docs_out.append(doc)
             starts.append(plan.start[piece])
             lengths.append(plan.length[piece])
             counts.append(n)
-            row_source.append(np.full(len(rows), s, dtype=np.int64))
+            sources.append((s, len(rows)))
         cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
         count = cat(counts)
         row_ptr = np.zeros(len(count) + 1, dtype=np.int64)
         np.cumsum(count, out=row_ptr[1:])
-        pieces = len(row_ptr) and int(row_ptr[-1])
-        plan = PackPlan(np.arange(pieces, dtype=np.int64), cat(starts), cat(lengths), row_ptr)
-        table = RowTable.from_plan(plan, cat(offsets), width)
-        documents = cat(docs_out)
-        cells = table.cells[1]
-        real = cells >= 0
-        cells[real] = documents[cells[real]]  # piece -> its document in the blend
-        return table, cat(row_source).tolist()
+        plan = PackPlan(cat(docs_out), cat(starts), cat(lengths), row_ptr)
+        return RowTable.from_plan(plan, self.doc_offsets, width), _runs(sources)
 
     def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
         if isinstance(batch, list):  # several batches for one worker message
@@ -346,18 +365,20 @@ class MixedDocView(_MixedView):
         self.padding_side, self.pad_to = padding_side, pad_to
         self.labelled = all(e.labels is not None for e in self.encoded)
 
-    def _build(self, epoch: int) -> tuple[_EpochDocs, np.ndarray, np.ndarray | None]:
+    def _build(
+        self, epoch: int
+    ) -> tuple[_EpochDocs, list[tuple[int, int, int]], np.ndarray | None]:
         lengths, offsets, sources, labels = [], [], [], []
         for s, _, units in _mixed_units(self.units, self.mixture, epoch):
             local = self.docs[s][units]
             lengths.append(self.encoded[s].lengths_np[local])
-            offsets.append(self.encoded[s].offsets_np[local])  # within its own buffer
-            sources.append(np.full(len(units), s, dtype=np.int64))
+            offsets.append(self.doc_offsets[units + self.doc_bases[s]])  # in its own buffer
+            sources.append((s, len(units)))
             if self.labelled:
                 labels.append(self.encoded[s].labels_np[local])
         cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
         docs = _EpochDocs(self.tokens, cat(lengths), cat(offsets))
-        return docs, cat(sources).tolist(), cat(labels) if self.labelled else None
+        return docs, _runs(sources), cat(labels) if self.labelled else None
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         (docs, _, labels), rows = self._grouped(batch)

@@ -164,10 +164,12 @@ def test_prefetch_reads_every_record_and_leaves_no_copy(server) -> None:
     assert gets(counts) - indexed == 3  # one download per shard
 
 
-@pytest.mark.parametrize(("budget", "ahead"), [(1 << 20, 2), (1, 1)])
+@pytest.mark.parametrize(("budget", "ahead"), [(1 << 20, 2), (1, 2)])
 def test_small_shards_are_fetched_further_ahead(server, monkeypatch, budget, ahead) -> None:
-    """``prefetch_shards=1`` fetches one shard ahead, and more while the next shards add up
-    to less than PREFETCH_BYTES (the connections stay busy on small shards)."""
+    """``prefetch_shards=1`` fetches one shard ahead at a time, and more at once while the
+    next shards add up to less than PREFETCH_BYTES (the connections stay busy on small
+    shards). Once a copy is complete the next shard is fetched too (one complete copy waits
+    at most): with s0 streamed, s1 and then s2 (test_remote_lookahead.py times it)."""
     from datamodules.stream_engine import readers
 
     monkeypatch.setattr(readers, "PREFETCH_BYTES", budget)

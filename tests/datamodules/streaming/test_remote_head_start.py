@@ -102,3 +102,28 @@ def test_the_preloads_import_what_the_first_batch_needs() -> None:
     assert {"pyarrow.json", "pyarrow.compute"} <= set(sys.modules)
     decoding.preload()
     assert decoding._decoders["jpeg"] is sys.modules["torchcodec.decoders"].decode_jpeg
+
+
+def test_a_cached_first_shard_is_fetched_as_a_read(tmp_path, monkeypatch) -> None:
+    """With ``cache_dir`` the first shard is read once copied: its fetch asks for its parts as
+    a read does, so a worker's head start need not wait out its half second."""
+    from datamodules.remote.cache import ShardCache
+    from datamodules.remote.retrying import RemoteOptions
+    from datamodules.shards.index import index_shards
+    from tests.counting_http import counting_server
+
+    served = tmp_path / "served"
+    served.mkdir()
+    for k in range(2):
+        (served / f"s{k}.jsonl").write_text("".join(f'{{"id": {k * 5 + i}}}\n' for i in range(5)))
+    options = RemoteOptions(backoff=0.01)
+    with counting_server(served) as server:
+        urls = [f"{server.url}/s{k}.jsonl" for k in range(2)]
+        indexes = {i.path: i for i in index_shards(urls, cache_dir=False, options=options)}
+        monkeypatch.setattr(pool_module, "_reading", threading.Event())  # (indexing read)
+        monkeypatch.setattr(pool_module, "_pool_now", None)
+        cache = ShardCache(tmp_path / "cache", None, options)
+        reader = readers.ShardReader(indexes, options=options, cache=cache, prefetch_shards=1)
+        reader.plan(urls)
+        assert pool_module.wait_requested(5) is True
+        assert [r["id"] for url in urls for r in reader(url, 0, 5)] == list(range(10))

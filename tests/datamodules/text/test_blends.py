@@ -121,6 +121,32 @@ def test_packed_quotas_follow_the_schedule_and_passes_complete(corpora, workers)
         assert_balanced(code, corpora["docs"]["code"], 60)
 
 
+@pytest.mark.parametrize("packing", [True, False])
+def test_sources_of_other_widths_share_a_batch(tmp_path, packing) -> None:
+    """A uint16 and a uint32 token file (ids above 65,535) in one blend: the batches that hold
+    rows of both read each row's ids from its own file, every token once an epoch."""
+    narrow = [(1 + np.arange(5) + 10 * d).tolist() for d in range(24)]  # 9 rows of 16
+    wide = [(70_000 + np.arange(7) + 10 * d).tolist() for d in range(18)]  # 9 rows of 16
+    np.save(tmp_path / "narrow.npy", np.array([t for d in narrow for t in [*d, 0]], np.uint16))
+    np.save(tmp_path / "wide.npy", np.array([t for d in wide for t in [*d, 0]], np.uint32))
+    # Weights that give each source all its units: 9 rows each, or 24 and 18 documents.
+    options = {"packing": True, "seq_length": 16} if packing else {"bucket": False}
+    weights = (1, 1) if packing else (4, 3)
+    dm = TextDataModule(
+        token_files=[Source(str(tmp_path / "narrow.npy"), weight=weights[0], name="narrow"),
+                     Source(str(tmp_path / "wide.npy"), weight=weights[1], name="wide")],
+        eos_id=0, vocab_size=80_000, val_split=0, num_workers=0, batch_size=4, **options,
+    )  # fmt: skip
+    mixed = 0
+    seen: Counter[int] = Counter()
+    for b in dm.train_dataloader():
+        ids = b["input_ids"][b["attention_mask"].bool()]
+        mixed += bool((ids >= 70_000).any() and ((ids > 0) & (ids < 70_000)).any())
+        seen.update(ids.tolist())
+    assert mixed > 0  # some batch holds rows of both files
+    assert seen == Counter(t for d in narrow + wide for t in [*d, 0])
+
+
 def test_document_quotas_without_packing_ddp_even(corpora) -> None:
     dm = blend(corpora, packing=False, seq_length=None, bucket=False, epoch_size=30)
     assert dm.quotas(0) == {"web": 23, "code": 7} and dm.quotas(1) == dm.quotas(0)
