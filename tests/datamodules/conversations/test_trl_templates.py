@@ -13,32 +13,13 @@ import pytest
 
 from datamodules.conversations import ChatRenderer
 from tests.datamodules.conversations.chat_tokenizers import (
+    CONVERSATIONS,
     TRL_TEMPLATES,
     chat_tokenizer,
+    transformers_mask,
     trl_template,
 )
 
-CONVERSATIONS = [
-    [
-        {"role": "user", "content": "what is two plus three"},
-        {"role": "assistant", "content": "five"},
-    ],
-    [
-        {"role": "system", "content": "be nice"},
-        {"role": "user", "content": "what is two plus three"},
-        {"role": "assistant", "content": "five."},
-        {"role": "user", "content": "hello there"},
-        {"role": "assistant", "content": "world yes\n\nno"},
-    ],
-    [
-        {"role": "user", "content": "a b"},
-        {"role": "assistant", "content": "c"},
-        {"role": "user", "content": "d"},
-        {"role": "assistant", "content": "e f"},
-        {"role": "user", "content": "g"},
-        {"role": "assistant", "content": "the end"},
-    ],
-]
 #: The pairs the contract names: same ids, same mask up to whitespace at the edges.
 REQUIRED = (
     "llama3", "qwen2_5", "qwen3_instruct_2507", "phi3", "gemma3", "smolvlm", "idefics3",
@@ -80,20 +61,14 @@ def compare(
         ids = tok.apply_chat_template(
             messages, chat_template=original, tokenize=True, return_dict=True
         )["input_ids"]
-        want = tok.apply_chat_template(
-            messages,
-            chat_template=twin,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
+        want_ids, want = transformers_mask(tok, messages, twin)
     except Exception:  # noqa: BLE001 - a template that refuses this conversation
         return None
-    if want["input_ids"] != ids:
+    if want_ids != ids:
         return None
     ours, trained = ChatRenderer(tok, chat_template=original).render_messages(messages)
     assert ours.tolist() == ids
-    return ids, trained, np.array(want["assistant_masks"], dtype=bool)
+    return ids, trained, want
 
 
 def edge_whitespace_only(tok, ids, ours, theirs) -> bool:
