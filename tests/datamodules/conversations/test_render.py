@@ -196,8 +196,14 @@ def test_arguments_are_checked_at_once(tok) -> None:
         ChatRenderer(bare)
     with pytest.raises(ValueError, match="chat_template"):
         ChatRenderer(bare.backend_tokenizer)
-    with pytest.raises(TypeError, match="tokenizer="):
+    with pytest.raises(TypeError, match="tokenizer='gpt2' is not accepted"):
         ChatRenderer("gpt2")
+    with pytest.raises(TypeError, match=r"tokenizer=\{'vocab': 1\} is not accepted"):
+        ChatRenderer({"vocab": 1})
+    from transformers import ByT5Tokenizer  # a Python tokenizer: no offsets
+
+    with pytest.raises(TypeError, match=r"tokenizer=ByT5Tokenizer\(...\) .* use a fast"):
+        ChatRenderer(ByT5Tokenizer(), chat_template=CHATML)
     with pytest.raises(ValueError, match="train_on='prompt' is not accepted"):
         ChatRenderer(tok, train_on="prompt")
     with pytest.raises(TypeError, match="train_on=1"):
