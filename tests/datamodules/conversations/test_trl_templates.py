@@ -175,3 +175,27 @@ def test_a_tool_call_turn_is_trained_as_the_twin_trains_it(tok, name) -> None:
     assert text.endswith("five.<|im_end|>\n" if name != "llama3" else "five.<|eot_id|>")
     if name != "llama3":  # Llama 3's template writes no tool call it is not given tools for
         assert text.startswith('<tool_call>\n{"name": "add", "arguments": {"a": 2}}')
+
+
+PARTS = [
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is this"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "a cat"}]},
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "trained"),
+    [
+        ("qwen2_5_vl", "a cat<|im_end|>\n"),
+        ("qwen3_vl", "a cat<|im_end|>\n"),
+        ("smolvlm", " a cat<end_of_utterance>\n"),
+        ("idefics3", " a cat<end_of_utterance>\n"),
+        ("gemma3", "a cat<end_of_turn>\n"),
+    ],
+)
+def test_content_parts_with_an_image_are_masked_as_the_twin_masks(tok, name, trained) -> None:
+    found = compare(tok, name, PARTS)
+    assert found is not None
+    ids, ours, theirs = found
+    assert ours.tolist() == theirs.tolist()
+    assert tok.decode([i for i, t in zip(ids, ours, strict=True) if t]) == trained
