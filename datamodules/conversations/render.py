@@ -168,10 +168,11 @@ class ChatRenderer:
         except ValueError:
             template = None
         if not isinstance(template, str) or not template:
-            raise ValueError(
-                f"chat_template={chat_template!r} is not accepted: the tokenizer "
-                f"({type(self.tokenizer).__name__}) has no chat template, so give one as "
-                "chat_template= (a Jinja template string)."
+            raise rejected(
+                "chat_template",
+                chat_template,
+                f"a Jinja template string: the tokenizer ({type(self.tokenizer).__name__}) has "
+                "no chat template of its own",
             )
         self.chat_template = template
         self.marks_generation = bool(_GENERATION.search(template))
