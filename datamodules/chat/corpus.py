@@ -84,10 +84,13 @@ class ChatCorpus:
         """Whether ``split`` has inputs of its own (train: always)."""
         return split == "train" or self.files.get(split) is not None
 
-    def store(self, split: str) -> StoredDocuments:
-        """The split's mapped store (train: ``conversations`` or ``train_file``), rendered
-        into first when missing."""
-        if split == "train" and self.conversations is not None:
+    def store(
+        self, split: str, files: list[str] | None = None, source: str | None = None
+    ) -> StoredDocuments:
+        """The split's mapped store (train: ``conversations`` or ``train_file``), or that of
+        ``files`` (the split's source named ``source`` of a blend), rendered into first when
+        missing."""
+        if files is None and split == "train" and self.conversations is not None:
             if is_dataset(self.conversations):
                 names = ["<datasets.Dataset>"]
                 kind, chunks = (
@@ -99,8 +102,10 @@ class ChatCorpus:
                 kind, chunks = "list", lambda: ((0, c) for c in memory_chunks(self.conversations))
             identity = inputs_identity(kind, self.conversations)
         else:
-            names = find_files(self.files[split], SPLIT_FILES[split], self.remote)
-            check_chat_files(names, SPLIT_FILES[split])
+            argument = SPLIT_FILES[split] + ("" if source is None else f" ({source})")
+            items = self.files[split] if files is None else files
+            names = find_files(items, argument, self.remote)
+            check_chat_files(names, argument)
             identity = inputs_identity("files", names, self.remote)
 
             def chunks() -> Iterator[tuple[int, RecordChunk]]:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from datamodules.chat.blends import ChatBlends, ChatMixedDocView, ChatMixedPackedView
 from datamodules.chat.corpus import ChatCorpus, is_dataset
 from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
@@ -39,6 +40,9 @@ from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.loaders import ResumableDataLoader
+from datamodules.core.mix_logging import log_quotas
+from datamodules.core.mixture import Mixture, Source
 from datamodules.core.samplers import IndexBatchSampler, current_rank_and_world
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -48,6 +52,7 @@ from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import check_remote_options
 from datamodules.tokens.blends import check_blend
 from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
 
 __all__ = ["ChatDataModule"]
@@ -76,7 +81,8 @@ class ChatDataModule(BaseDataModule):
             or a ``datasets.Dataset`` (its rows are the records).
         train_file: A path or URL, a glob, a brace pattern, a directory, a dataset index or a
             list of them: JSONL (optionally ``.gz`` / ``.zst``) or Parquet files of records,
-            local or remote.
+            local or remote; or a blend, a list of :class:`~datamodules.Source` (weights and
+            schedules, repeats; a packed row never mixes sources).
         val_file: Validation files, replacing the random ``val_split``.
         test_file: Test files, replacing the random ``test_split``.
         messages_key: The key (column) of the message list.
@@ -100,8 +106,10 @@ class ChatDataModule(BaseDataModule):
         token_cache: Where token stores live: a directory, None for
             ``$DATAMODULES_CACHE/tokens`` (or ``~/.cache/datamodules/tokens``), or False to
             render at every setup (into a temporary store).
-        epoch_size: Reserved for blends of Sources (not supported yet: refused).
-        eval_per_source: Reserved for blends of Sources (not supported yet: refused).
+        epoch_size: With a weighted train blend (``train_file=[Source(..., weight=...)]``):
+            units per epoch (packed rows with ``packing=True``, else conversations), split by
+            weight (default: all the sources' units).
+        eval_per_source: With a blended validation (test) split: one loader per source.
         storage_options: Passed to fsspec for remote files; credentials are never saved.
         retries: Retries of a transient remote failure, with exponential backoff.
         timeout: Seconds a remote request may go without producing a byte.
@@ -192,15 +200,13 @@ class ChatDataModule(BaseDataModule):
         self.packing, self.seq_length, self.max_length = packing, seq_length, max_length
         self.overlong, self.on_error = overlong, on_error
         self.bucket, self.pad_to_multiple_of = bucket, pad_to_multiple_of
-        files = self._check_inputs(conversations, train_file, val_file, test_file)
-        check_int(epoch_size, "epoch_size", 1, allow_none=True)
-        check_bool(eval_per_source, "eval_per_source")
-        if epoch_size is not None or eval_per_source:
-            raise ValueError(
-                "epoch_size= and eval_per_source=True apply to blends of Sources, which "
-                "ChatDataModule does not read yet: drop them."
-            )
+        files, sources = self._check_inputs(conversations, train_file, val_file, test_file)
+        self.blends = ChatBlends(
+            sources, epoch_size, eval_per_source, seq_length if packing else None,
+            self.shuffle_seed,
+        )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
+        self._mix_logged: int | None = None
         if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
             raise TypeError(
                 f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
@@ -221,7 +227,7 @@ class ChatDataModule(BaseDataModule):
 
     def _check_inputs(
         self, conversations: Any, train_file: Any, val_file: Any, test_file: Any
-    ) -> dict[str, list[str] | None]:
+    ) -> tuple[dict[str, list[str] | None], dict[str, list[Source] | None]]:
         if conversations is not None and train_file is not None:
             raise ValueError("give conversations or train_file, not both.")
         if conversations is None and train_file is None:
@@ -237,14 +243,13 @@ class ChatDataModule(BaseDataModule):
                 "records (or of message lists) or a datasets.Dataset."
             )
         files: dict[str, list[str] | None] = {}
+        sources: dict[str, list[Source] | None] = {}
         for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
             name = SPLIT_FILES[split]
-            if value is not None and check_blend(value, name) is not None:
-                raise ValueError(
-                    f"{name}: a blend of Sources is not read by ChatDataModule yet: give paths."
-                )
-            files[split] = None if value is None else check_file_argument(value, name)
-        return files
+            sources[split] = None if value is None else check_blend(value, name)
+            given = value is not None and sources[split] is None
+            files[split] = check_file_argument(value, name) if given else None
+        return files, sources
 
     def _ranks(self) -> tuple[int, int]:
         trainer = self._trainer()
@@ -260,33 +265,48 @@ class ChatDataModule(BaseDataModule):
         ``max_length`` (None: no limit)."""
         return self.seq_length if self.packing else self.max_length
 
-    def documents(self, split: str) -> ChatDocuments:
+    def documents(self, split: str) -> ChatDocuments | BlendCorpus:
         """The conversations of ``split``'s own inputs (train: ``conversations`` or
-        ``train_file``) after ``overlong``, their store rendered first when missing."""
+        ``train_file``) after ``overlong``, their store rendered first when missing; a blend
+        of Sources gives one per source."""
         if split not in self._documents:
             name = "seq_length" if self.packing else "max_length"
-            store = self.corpus.store(split)
-            self._documents[split] = ChatDocuments(store, self.limit, self.overlong, name)
+
+            def read(source: Source) -> ChatDocuments:
+                store = self.corpus.store(split, list(source.paths), source.label)
+                return ChatDocuments(store, self.limit, self.overlong, name)
+
+            blend = self.blends.corpus(split, read)
+            if blend is not None:
+                self._documents[split] = blend
+            else:
+                store = self.corpus.store(split)
+                self._documents[split] = ChatDocuments(store, self.limit, self.overlong, name)
         return self._documents[split]
 
-    def build_dataset(self) -> ChatDocuments:
+    def _parts(self) -> list[ChatDocuments]:
+        """Every input's conversations, a blend's sources one by one."""
+        return [p for d in self._documents.values() for p in getattr(d, "parts", [d])]
+
+    def build_dataset(self) -> ChatDocuments | BlendCorpus:
         return self.documents("train")
 
     def split_sources(self) -> dict[str, Any]:
-        return {s: self.documents(s) for s in ("val", "test") if self.corpus.has_split(s)}
+        given = [s for s in ("val", "test") if self.corpus.has_split(s) or self.blends.sources[s]]
+        return {s: self.documents(s) for s in given}
 
     def setup(self, stage: str | None = None) -> None:
         """Renders (or maps) the conversations and splits them, once; warns on rank 0 about
         conversations over the limit."""
         super().setup(stage)
-        over = sum(d.overlong for d in self._documents.values())
+        over = sum(d.overlong for d in self._parts())
         if over and not self._warned:
             self._warned = True
             rank_zero_warn(f"ChatDataModule: {self._overlong_line()}")
 
     def _overlong_line(self) -> str:
-        over = sum(d.overlong for d in self._documents.values())
-        cut = sum(d.cut_tokens for d in self._documents.values())
+        over = sum(d.overlong for d in self._parts())
+        cut = sum(d.cut_tokens for d in self._parts())
         name = "seq_length" if self.packing else "max_length"
         done = {"drop": "dropped", "truncate": f"cut to the limit ({cut:,} tokens cut)"}
         return (
@@ -321,14 +341,22 @@ class ChatDataModule(BaseDataModule):
             )
         return self._planners[split]
 
-    def make_view(self, split: str, dataset: ChatDocuments, indices: torch.Tensor) -> SplitView:
+    def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
         transform = self.transform_for(split)
+        if isinstance(dataset, BlendCorpus):
+            return self.blends.view(
+                split, dataset, indices, shuffle=self.shuffle and split == "train",
+                transform=transform, pad_id=self.pad_id, pad_to=self.pad_to_multiple_of,
+            )  # fmt: skip
         if self.packing:
             return ChatPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
         return ChatPaddedView(dataset, indices, transform, self.pad_id, self.pad_to_multiple_of)
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         train = split == "train"
+        if isinstance(view, (ChatMixedPackedView, ChatMixedDocView)):
+            drop = self.drop_last and train
+            return self.blends.sampler(view, self.batch_size, drop, self.shuffle_seed, rank, world)
         if isinstance(view, ChatPackedView):
             return PackedRowSampler(
                 view.planner,
@@ -350,6 +378,75 @@ class ChatDataModule(BaseDataModule):
             rank=rank,
         )
 
+    # ------------------------------------------------------------------ blends
+    def mixture(self, split: str) -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of a blended split, else None."""
+        self._require_setup()
+        if not isinstance(self.split_datasets.get(split), BlendCorpus):
+            return None
+        return self.view(split).mixture
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The units (packed rows with ``packing=True``, else conversations) each source
+        gives in ``epoch``, by source name.
+
+        Raises:
+            ValueError: The split is not a blend.
+        """
+        mixture = self.mixture(split)
+        if mixture is None:
+            raise ValueError(f"the {split} split is not a blend of Sources: it has no quotas.")
+        return mixture.by_name(epoch)
+
+    def source_names(self, split: str) -> list[str]:
+        """The names of a blended split's sources, in order (the order of the loaders with
+        ``eval_per_source=True``); empty for one input."""
+        self._require_setup()
+        dataset = self.split_datasets.get(split)
+        return list(dataset.names) if isinstance(dataset, BlendCorpus) else []
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs the train epoch's quotas as ``mix/<name>`` at its first batch (a blend)."""
+        trainer = self._trainer()
+        if trainer is not None and trainer.training and self._mix_logged != trainer.current_epoch:
+            self._mix_logged = int(trainer.current_epoch)
+            if self.mixture("train") is not None:
+                log_quotas(trainer, self.quotas(self._mix_logged))
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
+    def val_dataloader(self) -> Any:
+        """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.eval_per_source and self.source_names("val"):
+            return self._source_loaders("val")
+        return super().val_dataloader()
+
+    def test_dataloader(self) -> Any:
+        """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.eval_per_source and self.source_names("test"):
+            return self._source_loaders("test")
+        return super().test_dataloader()
+
+    def _source_loaders(self, split: str) -> list[ResumableDataLoader]:
+        """One loader per source of the split's blend that has conversations in it."""
+        blend, indices = self.split_datasets[split], self._require_setup()[split]
+        rank, world = self._rank_world()
+        settings = self.loader_settings(split)
+        loaders = []
+        for part, name, mine in zip(blend.parts, blend.names, blend.split(indices), strict=True):
+            if not len(mine):
+                continue
+            one = self.make_view(split, BlendCorpus([part], [name]), torch.from_numpy(mine))
+            loaders.append(
+                ResumableDataLoader(
+                    one,
+                    sampler=self.make_sampler(split, one, rank, world),
+                    reuse_batch_memory=self.reuse_batch_memory,
+                    batches_per_message=getattr(one, "batches_per_message", 1),
+                    **settings.loader_kwargs(),
+                )
+            )
+        return loaders
+
     # ------------------------------------------------------------------ summary
     def extra_summary(self) -> list[str]:
         """The store, tokens and trained tokens per input, overlong and skipped records, and
@@ -360,19 +457,24 @@ class ChatDataModule(BaseDataModule):
         ]
         if self.split_indices is None:
             return lines
-        for split, docs in self._documents.items():
-            lines.append(
-                f"  {split} inputs: {counted(len(docs), 'conversation')}, "
-                f"{docs.num_tokens:,} tokens, {docs.trained_tokens:,} trained (store "
-                f"{docs.path})"
-            )
+        for split, given in self._documents.items():
+            names = getattr(given, "names", [None])
+            for name, docs in zip(names, getattr(given, "parts", [given]), strict=True):
+                lines.append(
+                    f"  {split} {'inputs' if name is None else f'source {name!r}'}: "
+                    f"{counted(len(docs), 'conversation')}, {docs.num_tokens:,} tokens, "
+                    f"{docs.trained_tokens:,} trained (store {docs.path})"
+                )
+            if split == "train" and self.mixture("train") is not None:
+                epoch = getattr(self._samplers.get("train"), "epoch", 0)
+                lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
         if self.limit is not None:
             lines.append(f"  overlong: {self._overlong_line()}")
         lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
         if self.packing:
             sampler = self._samplers.get("train")
             for split, idx in self.split_indices.items():
-                if len(idx):
+                if len(idx) and not isinstance(self.split_datasets[split], BlendCorpus):
                     epoch = sampler.epoch if split == "train" and sampler is not None else 0
                     lines.append("  " + packing_lines(self.planner(split), split, epoch))
         return lines

@@ -63,15 +63,23 @@ def _renderer() -> dict[str, Any] | None:
 
 
 def as_chat_tokenizer(tokenizer: Any) -> Any:
-    """A transformers tokenizer for ``tokenizer``: itself, or a ``tokenizers.Tokenizer``
-    wrapped as ``PreTrainedTokenizerFast(tokenizer_object=...)``.
+    """A transformers tokenizer for ``tokenizer``: itself (a fast one), or a
+    ``tokenizers.Tokenizer`` wrapped as ``PreTrainedTokenizerFast(tokenizer_object=...)``.
 
     Raises:
-        TypeError: Neither.
+        TypeError: Neither, or a transformers tokenizer without offsets (not ``is_fast``).
     """
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
     if isinstance(tokenizer, PreTrainedTokenizerBase):
+        if not getattr(tokenizer, "is_fast", False):
+            raise rejected(
+                "tokenizer",
+                _Brief(tokenizer),
+                "a fast tokenizer (backed by the tokenizers library: the loss mask maps the "
+                "rendered text to tokens through its offsets), or a tokenizers.Tokenizer",
+                TypeError,
+            )
         return tokenizer
     try:
         from tokenizers import Tokenizer
@@ -81,10 +89,22 @@ def as_chat_tokenizer(tokenizer: Any) -> Any:
         return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
     raise rejected(
         "tokenizer",
-        tokenizer,
+        _Brief(tokenizer),
         "a transformers tokenizer (PreTrainedTokenizerBase) or a tokenizers.Tokenizer",
         TypeError,
     )
+
+
+class _Brief:
+    """A value shown in an error by its repr if short, else by its type: a tokenizer's repr
+    lists its whole vocabulary of added tokens."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        shown = repr(self.value)
+        return shown if len(shown) <= 60 else f"{type(self.value).__name__}(...)"
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -148,10 +168,11 @@ class ChatRenderer:
         except ValueError:
             template = None
         if not isinstance(template, str) or not template:
-            raise ValueError(
-                f"chat_template={chat_template!r} is not accepted: the tokenizer "
-                f"({type(self.tokenizer).__name__}) has no chat template, so give one as "
-                "chat_template= (a Jinja template string)."
+            raise rejected(
+                "chat_template",
+                chat_template,
+                f"a Jinja template string: the tokenizer ({type(self.tokenizer).__name__}) has "
+                "no chat template of its own",
             )
         self.chat_template = template
         self.marks_generation = bool(_GENERATION.search(template))

@@ -1,4 +1,4 @@
-"""Small byte-level BPE tokenizers for chat tests, trained here on generated text (no download).
+"""Small byte-level BPE tokenizers and conversations for chat tests (trained here, no download).
 
 :func:`chat_tokenizer` builds a GPT-2-style byte-level BPE (the pre-tokenizer of GPT-2 and
 Llama 3) on a few KB of generated sentences, with the control tokens of TRL's shipped chat
@@ -13,7 +13,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHATML", "TRL_TEMPLATES", "chat_tokenizer", "trl_template", "words"]
+__all__ = [
+    "CHATML",
+    "CONVERSATIONS",
+    "TALK",
+    "TRL_TEMPLATES",
+    "chat_tokenizer",
+    "transformers_mask",
+    "trl_template",
+    "words",
+]
 
 #: The ChatML template (Qwen's, without tools).
 CHATML = (
@@ -21,6 +30,42 @@ CHATML = (
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+
+#: A conversation with a system message and two assistant turns.
+TALK = [
+    {"role": "system", "content": "be nice"},
+    {"role": "user", "content": "what is two plus three"},
+    {"role": "assistant", "content": "five."},
+    {"role": "user", "content": "hello there"},
+    {"role": "assistant", "content": "world yes\n\nno"},
+]
+#: One turn, two turns with a system message, three turns.
+CONVERSATIONS = [
+    TALK[1:3],
+    TALK,
+    [
+        {"role": role, "content": text}
+        for role, text in zip(
+            ["user", "assistant"] * 3, ["a b", "c", "d", "e f", "g", "the end"], strict=True
+        )
+    ],
+]
+
+
+def transformers_mask(tok: Any, messages: list[dict], template: str) -> tuple[list[int], Any]:
+    """``(input_ids, assistant_masks as a bool array)`` of transformers'
+    ``apply_chat_template(..., return_assistant_tokens_mask=True)`` with ``template``."""
+    import numpy as np
+
+    out = tok.apply_chat_template(
+        messages,
+        chat_template=template,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    return out["input_ids"], np.array(out["assistant_masks"], dtype=bool)
 
 
 def _trl_dir() -> Path:

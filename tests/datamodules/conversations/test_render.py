@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from datamodules.conversations import ChatRenderer, ConversationError
-from tests.datamodules.conversations.chat_tokenizers import CHATML, chat_tokenizer, trl_template
+from tests.datamodules.conversations.chat_tokenizers import (
+    CHATML,
+    TALK,
+    chat_tokenizer,
+    transformers_mask,
+    trl_template,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 #: ChatML with generation marks around each assistant message's content and end of turn.
@@ -22,14 +28,6 @@ CHATML_MARKED = (
     "{% endgeneration %}{{ '\\n' }}{% else %}{{ message['content'] + '<|im_end|>\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-SYSTEM = {"role": "system", "content": "be nice"}
-TALK = [
-    SYSTEM,
-    {"role": "user", "content": "what is two plus three"},
-    {"role": "assistant", "content": "five."},
-    {"role": "user", "content": "hello there"},
-    {"role": "assistant", "content": "world yes\n\nno"},
-]
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +38,6 @@ def tok():
 def tokens(tok, ids, trained) -> list[str]:
     """The trained tokens' text."""
     return [tok.decode([int(i)]) for i, t in zip(ids, trained, strict=True) if t]
-
-
-def reference(tok, messages, template):
-    out = tok.apply_chat_template(
-        messages,
-        chat_template=template,
-        tokenize=True,
-        return_dict=True,
-        return_assistant_tokens_mask=True,
-    )
-    return out["input_ids"], np.array(out["assistant_masks"], dtype=bool)
 
 
 def test_chatml_ids_equal_apply_chat_template_and_train_content_and_end_of_turn(tok) -> None:
@@ -66,7 +53,7 @@ def test_chatml_ids_equal_apply_chat_template_and_train_content_and_end_of_turn(
 def test_generation_marks_give_transformers_assistant_masks(tok, train_on) -> None:
     renderer = ChatRenderer(tok, chat_template=CHATML_MARKED, train_on=train_on)
     ids, trained = renderer({"messages": TALK})
-    want_ids, mask = reference(tok, TALK, CHATML_MARKED)
+    want_ids, mask = transformers_mask(tok, TALK, CHATML_MARKED)
     assert ids.tolist() == want_ids
     if train_on == "assistant":
         assert trained.tolist() == mask.tolist()
@@ -84,7 +71,7 @@ def test_without_marks_equals_the_marked_twin_on_chatml(tok) -> None:
     # The same text; the unmarked template's mask adds only the newline after <|im_end|>.
     for messages in (TALK, TALK[1:3], TALK[1:]):
         ids, trained = ChatRenderer(tok)({"messages": messages})
-        want_ids, mask = reference(tok, messages, CHATML_MARKED)
+        want_ids, mask = transformers_mask(tok, messages, CHATML_MARKED)
         assert ids.tolist() == want_ids
         extra = np.flatnonzero(trained & ~mask)
         assert not (mask & ~trained).any()
@@ -115,7 +102,7 @@ def test_llama3_prefix_alone_merges_the_header_newlines_differently() -> None:
     first = int(np.flatnonzero(trained)[0])
     assert first == len(prompt) + 1  # not len(prompt), where the naive mask starts
     assert "".join(tokens(tok, ids, trained)) == "five.<|eot_id|>"
-    _, twin = reference(tok, messages, trl_template("llama3_training"))
+    _, twin = transformers_mask(tok, messages, trl_template("llama3_training"))
     assert trained.tolist() == twin.tolist()
 
 
@@ -209,8 +196,14 @@ def test_arguments_are_checked_at_once(tok) -> None:
         ChatRenderer(bare)
     with pytest.raises(ValueError, match="chat_template"):
         ChatRenderer(bare.backend_tokenizer)
-    with pytest.raises(TypeError, match="tokenizer="):
+    with pytest.raises(TypeError, match="tokenizer='gpt2' is not accepted"):
         ChatRenderer("gpt2")
+    with pytest.raises(TypeError, match=r"tokenizer=\{'vocab': 1\} is not accepted"):
+        ChatRenderer({"vocab": 1})
+    from transformers import ByT5Tokenizer  # a Python tokenizer: no offsets
+
+    with pytest.raises(TypeError, match=r"tokenizer=ByT5Tokenizer\(...\) .* use a fast"):
+        ChatRenderer(ByT5Tokenizer(), chat_template=CHATML)
     with pytest.raises(ValueError, match="train_on='prompt' is not accepted"):
         ChatRenderer(tok, train_on="prompt")
     with pytest.raises(TypeError, match="train_on=1"):

@@ -1,0 +1,124 @@
+"""ChatDataModule blends: train_file=[Source(...)] with weights and epoch_size, exact quotas,
+packed rows of one source, a validation loader per source, and exact mid-epoch resume."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from datamodules import ChatDataModule, Source
+from tests.datamodules.chat.chat_data import chat_tokenizer
+from tests.datamodules.chat.test_datamodule import _lookup, batch_ids, numbered
+from tests.datamodules.chat.test_packing import segments
+from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    records = numbered()
+    parts = {"a": records[:30], "b": records[30:46], "va": records[46:50], "vb": records[50:]}
+    out = {}
+    for name, part in parts.items():
+        out[name] = tmp_path / f"{name}.jsonl"
+        out[name].write_text("".join(json.dumps(r) + "\n" for r in part))
+    return out
+
+
+def blend(files: dict[str, Path], **kwargs: Any) -> ChatDataModule:
+    options = {"batch_size": 4, "tokenize_workers": 0, "num_workers": 0}
+    return ChatDataModule(
+        train_file=[
+            Source(str(files["a"]), weight=3, name="a"),
+            Source(str(files["b"]), weight=1, name="b"),
+        ],
+        val_file=[Source(str(files["va"]), name="va"), Source(str(files["vb"]), name="vb")],
+        tokenizer=chat_tokenizer(), token_cache=files["a"].parent / "cache",
+        **{**options, **kwargs},
+    )  # fmt: skip
+
+
+def source_of(i: int) -> str:
+    return "a" if i < 30 else "b"
+
+
+def test_quotas_are_exact_every_epoch_and_eval_per_source(files: dict[str, Path]) -> None:
+    dm = blend(files, epoch_size=16, eval_per_source=True)
+    dm.setup("fit")
+    assert dm.quotas(0) == {"a": 12, "b": 4} and dm.source_names("val") == ["va", "vb"]
+    loader = dm.train_dataloader()
+    seen = []
+    for _ in range(3):
+        ids = [i for b in loader for i in batch_ids(b)]
+        assert Counter(map(source_of, ids)) == {"a": 12, "b": 4} and len(set(ids)) == 16
+        seen.append(ids)
+    a_seen = [[i for i in ids if i < 30] for ids in seen]
+    assert len(set(a_seen[0] + a_seen[1])) == 24  # without replacement within a pass
+    assert set(a_seen[0] + a_seen[1] + a_seen[2]) == set(range(30))  # the pass ends in epoch 2
+    val = dm.val_dataloader()
+    assert [sorted(i for b in v for i in batch_ids(b)) for v in val] == [
+        list(range(46, 50)), list(range(50, 54))
+    ]  # fmt: skip
+    assert re.search(r"train quotas, epoch \d+: \{'a': 12, 'b': 4\}", dm.summary())
+
+
+def test_packed_rows_never_mix_sources(files: dict[str, Path]) -> None:
+    dm = blend(files, packing=True, seq_length=128, epoch_size=8, batch_size=2)
+    dm.setup("fit")
+    quotas = dm.quotas(0)
+    assert sum(quotas.values()) == 8 and quotas["a"] > quotas["b"] > 0
+    lookup, rows = _lookup(), Counter()
+    for batch in dm.train_dataloader():
+        for r in range(len(batch["input_ids"])):
+            row = {
+                k: v[r : r + 1] for k, v in batch.items() if k != "cu_seqlens" and k != "max_seqlen"
+            }
+            sources = {source_of(lookup[tuple(ids)]) for ids, _ in segments(row)}
+            assert len(sources) == 1
+            rows[sources.pop()] += 1
+    assert rows == quotas
+
+
+def test_a_blend_resumes_mid_epoch_exactly(files: dict[str, Path], tmp_path: Path) -> None:
+    reference = assert_resume_mid_epoch_is_exact(
+        lambda: blend(files, epoch_size=16, val_split=0), batch_ids, tmp_path / "run"
+    )
+    assert len(reference[0]) == 4
+
+
+def test_each_epochs_quotas_are_logged_as_mix_names(files: dict[str, Path], tmp_path: Path) -> None:
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    logger = CSVLogger(tmp_path / "logs", name="", version="")
+    trainer = quiet_trainer(max_epochs=2, logger=logger, log_every_n_steps=1)
+    trainer.fit(RecordingModel(batch_ids), datamodule=blend(files, epoch_size=16, val_split=0))
+    with open(tmp_path / "logs" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("mix/a")]
+    assert [(float(r["mix/a"]), float(r["mix/b"])) for r in rows] == [(12.0, 4.0)] * 2
+
+
+def test_a_checkpoint_of_another_mix_is_refused_naming_the_change(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, callbacks=[saver])
+    trainer.fit(RecordingModel(batch_ids), datamodule=blend(files, epoch_size=16, val_split=0))
+    other = blend(files, epoch_size=20, val_split=0)
+    with pytest.raises(ValueError, match=r"cannot resume the chat blend: .*epoch_size"):
+        quiet_trainer(max_epochs=1).fit(
+            RecordingModel(batch_ids), datamodule=other, ckpt_path=tmp_path / "epoch=0-step=2.ckpt"
+        )
