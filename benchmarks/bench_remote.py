@@ -22,7 +22,9 @@ one goes first rotates each epoch):
 An epoch is one full pass of a fresh ``train_dataloader()`` (worker start included; every
 record checked to arrive exactly once). Per epoch of a run the benchmark prints records/s,
 each remote mode's ratio to the local epoch of the same round, and the requests in flight
-during it (the most at once, and the mean); then the median ratio per epoch over
+during it (the most at once, and the mean), and the milliseconds from ``iter`` to the
+epoch's first request at the server, its first response, the first batch and the end; then
+the median ratio per epoch over
 ``--runs`` runs, and, for the first epoch of the last run, the requests in flight per 100 ms.
 
 Run: ``python benchmarks/bench_remote.py [--records 100000] [--runs 3] [--epochs 3]
@@ -106,6 +108,8 @@ class SlowHandler(http.server.SimpleHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.send_header("Last-Modified", self.date_time_string(int(path.stat().st_mtime)))
         self.end_headers()
+        if self.flight is not None:
+            self.flight.first_byte()
         chunk = 64 * 1024
         began = time.perf_counter()
         try:
@@ -126,10 +130,26 @@ class InFlight:
         self.now = 0
         self.began = time.perf_counter()
         self.changes: list[tuple[float, int]] = []
+        self.arrivals: list[float] = []  # when each request arrived (perf_counter)
+        self.bytes_from: list[float] = []  # when each GET's headers were sent (perf_counter)
+
+    def first_byte(self) -> None:
+        with self.lock:
+            self.bytes_from.append(time.perf_counter())
+
+    def starts(self, start: float, stop: float) -> tuple[float | None, float | None]:
+        """Seconds from ``start`` to the first request's arrival and to the first response's
+        headers within ``[start, stop)`` (None: none)."""
+        with self.lock:
+            arrived = [t for t in self.arrivals if start <= t < stop]
+            answered = [t for t in self.bytes_from if start <= t < stop]
+        return tuple(times[0] - start if times else None for times in (arrived, answered))
 
     def change(self, step: int) -> None:
         with self.lock:
             self.now += step
+            if step > 0:
+                self.arrivals.append(time.perf_counter())
             self.changes.append((time.perf_counter() - self.began, self.now))
 
     def window(self, start: float, stop: float) -> list[tuple[float, int]]:
@@ -177,18 +197,20 @@ def serve(
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float]:
-    """One full epoch of a fresh train loader; checks every id once; returns records/s and
-    the epoch's start and end (perf_counter seconds)."""
+def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float, float]:
+    """One full epoch of a fresh train loader; checks every id once; returns records/s, the
+    epoch's start and end (perf_counter seconds) and when its first batch came."""
     loader = dm.train_dataloader()
     began = time.perf_counter()
-    ids = []
+    ids, first = [], None
     for batch in loader:
+        if first is None:
+            first = time.perf_counter()
         ids.extend(batch["id"].tolist())
     ended = time.perf_counter()
     if sorted(ids) != list(range(n)):
         raise AssertionError("records lost or repeated")
-    return n / (ended - began), began, ended
+    return n / (ended - began), began, ended, first or ended
 
 
 def make(paths: list[str], **kwargs: Any) -> StreamingDataModule:
@@ -247,9 +269,16 @@ def main() -> None:
             for e in range(args.epochs):
                 order = MODES[e % 3 :] + MODES[: e % 3]
                 results = {m: epoch(dms[m], args.records) for m in order}
-                cells, notes = [], []
+                cells, notes, starts = [], [], []
                 for m in MODES:
-                    rate, began, ended = results[m]
+                    rate, began, ended, first = results[m]
+                    request, answer = flight.starts(began, ended)
+                    starts.append(
+                        f"{m}: " + "/".join(
+                            "-" if t is None else f"{t * 1000:.0f}"
+                            for t in (request, answer, first - began, ended - began)
+                        )
+                    )  # fmt: skip
                     if m == "local":
                         cells.append(f"{rate:>20,.0f}")
                         continue
@@ -262,6 +291,10 @@ def main() -> None:
                         window = flight.window(began, ended)
                         timeline[m] = in_flight(window, ended - flight.began, 0.1)
                 print(f"{e:<7}" + "".join(cells) + "  " + ", ".join(notes))
+                print(
+                    f"{'':<7}ms to first request/first response/first batch/end: "
+                    + ", ".join(starts)
+                )
         server.shutdown()
     finally:
         shutil.rmtree(root, ignore_errors=True)
