@@ -158,3 +158,35 @@ def test_chat_and_text_hold_the_same_blends_component(files: dict[str, Path]) ->
     assert chat.blends.owner is chat and text.blends.owner is text
     assert [s.label for s in chat.blends.sources["train"]] == ["a", "b"]
     assert chat.blends.masked and not text.blends.masked
+
+
+def test_a_checkpoint_from_before_the_shared_component_resumes_exactly(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Chat checkpoints saved before the blends component name no files in their mix."""
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    def ids(model: RecordingModel) -> list[int]:
+        return [i for _, _, batch in model.seen["train"] for i in batch]
+
+    planned = RecordingModel(batch_ids)
+    quiet_trainer(max_epochs=1).fit(planned, datamodule=blend(files, epoch_size=16, val_split=0))
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    first = RecordingModel(batch_ids)
+    trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, callbacks=[saver])
+    trainer.fit(first, datamodule=blend(files, epoch_size=16, val_split=0))
+    checkpoint = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=True)
+    mix = checkpoint["ChatDataModule"]["train_sampler"]["mix"]
+    assert [s.pop("files") for s in mix["sources"]] == [[str(files["a"])], [str(files["b"])]]
+    torch.save(checkpoint, tmp_path / "before.ckpt")
+    resumed = RecordingModel(batch_ids)
+    quiet_trainer(max_epochs=1).fit(
+        resumed,
+        datamodule=blend(files, epoch_size=16, val_split=0),
+        ckpt_path=tmp_path / "before.ckpt",
+    )
+    assert ids(first) + ids(resumed) == ids(planned) and len(ids(planned)) == 16
