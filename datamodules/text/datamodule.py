@@ -16,7 +16,9 @@ The train loader's batches come from :class:`~datamodules.core.buckets.BucketBat
 similar lengths together (little padding), a new composition every epoch, the same number of
 batches on every DDP rank, exact mid-epoch resume. With ``packing=True`` (language modelling,
 texts without labels) batches are instead rows of ``seq_length`` tokens with document
-boundaries (:mod:`datamodules.tokens.packing`).
+boundaries (:mod:`datamodules.tokens.packing`). A blend of Sources is the tokens layer's
+:class:`~datamodules.tokens.blends.TokenBlends`, held as ``dm.blends`` (as ChatDataModule
+holds it): quotas, per-source loaders, the ``mix/<name>`` logs and a changed mix on resume.
 
 Extension point: override :meth:`TextDataModule.load_texts` to return ``(texts, labels)`` for
 your own dataset.
