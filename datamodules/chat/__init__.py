@@ -1,6 +1,7 @@
 """Chat data: :class:`~datamodules.ChatDataModule`, conversations for fine-tuning.
 
-* :mod:`~datamodules.chat.datamodule`: the DataModule.
+* :mod:`~datamodules.chat.datamodule`: the DataModule; its blends are the tokens layer's
+  :class:`~datamodules.tokens.blends.TokenBlends` (``dm.blends``), as text's are.
 * :mod:`~datamodules.chat.corpus`: its inputs and their token store (a part of its own).
 * :mod:`~datamodules.chat.records`: records from files, a list or a ``datasets.Dataset``.
 * :mod:`~datamodules.chat.build`: rendering into the token store, in parallel, with the mask.

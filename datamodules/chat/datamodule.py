@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from datamodules.chat.blends import ChatBlends, ChatMixedDocView, ChatMixedPackedView
 from datamodules.chat.corpus import ChatCorpus, is_dataset
 from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
@@ -40,8 +39,6 @@ from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
-from datamodules.core.loaders import ResumableDataLoader
-from datamodules.core.mix_logging import log_quotas
 from datamodules.core.mixture import Mixture, Source
 from datamodules.core.samplers import IndexBatchSampler, current_rank_and_world
 from datamodules.core.skipped import Skipped
@@ -50,7 +47,7 @@ from datamodules.core.views import SplitView
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import check_remote_options
-from datamodules.tokens.blends import check_blend
+from datamodules.tokens.blends import TokenBlends, check_blend
 from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
 from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
@@ -201,12 +198,14 @@ class ChatDataModule(BaseDataModule):
         self.overlong, self.on_error = overlong, on_error
         self.bucket, self.pad_to_multiple_of = bucket, pad_to_multiple_of
         files, sources = self._check_inputs(conversations, train_file, val_file, test_file)
-        self.blends = ChatBlends(
-            sources, epoch_size, eval_per_source, seq_length if packing else None,
-            self.shuffle_seed,
+        check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        self.blends = TokenBlends(
+            self, sources, epoch_size, eval_per_source,
+            read=self._read_source, files_of=_source_paths, given=self._given_split,
+            seq_length=seq_length if packing else None, pack_mode="whole",
+            seed=self.shuffle_seed, unit="conversation", masked=True,
         )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
-        self._mix_logged: int | None = None
         if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
             raise TypeError(
                 f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
@@ -270,19 +269,28 @@ class ChatDataModule(BaseDataModule):
         ``train_file``) after ``overlong``, their store rendered first when missing; a blend
         of Sources gives one per source."""
         if split not in self._documents:
-            name = "seq_length" if self.packing else "max_length"
-
-            def read(source: Source) -> ChatDocuments:
-                store = self.corpus.store(split, list(source.paths), source.label)
-                return ChatDocuments(store, self.limit, self.overlong, name)
-
-            blend = self.blends.corpus(split, read)
+            blend = self.blends.corpus(split)
             if blend is not None:
                 self._documents[split] = blend
             else:
                 store = self.corpus.store(split)
-                self._documents[split] = ChatDocuments(store, self.limit, self.overlong, name)
+                self._documents[split] = ChatDocuments(
+                    store, self.limit, self.overlong, self._limit_name
+                )
         return self._documents[split]
+
+    @property
+    def _limit_name(self) -> str:
+        return "seq_length" if self.packing else "max_length"
+
+    def _read_source(self, split: str, files: list[str], name: str) -> ChatDocuments:
+        """One source of a split's blend: its conversations, rendered (or mapped) first."""
+        store = self.corpus.store(split, files, name)
+        return ChatDocuments(store, self.limit, self.overlong, self._limit_name)
+
+    def _given_split(self, split: str) -> bool:
+        """Whether ``split`` has inputs of its own (``val_file`` / ``test_file``)."""
+        return self.corpus.has_split(split) or self.blends.sources.get(split) is not None
 
     def _parts(self) -> list[ChatDocuments]:
         """Every input's conversations, a blend's sources one by one."""
@@ -344,19 +352,15 @@ class ChatDataModule(BaseDataModule):
     def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
         transform = self.transform_for(split)
         if isinstance(dataset, BlendCorpus):
-            return self.blends.view(
-                split, dataset, indices, shuffle=self.shuffle and split == "train",
-                transform=transform, pad_id=self.pad_id, pad_to=self.pad_to_multiple_of,
-            )  # fmt: skip
+            return self.blends.view(split, dataset, indices)
         if self.packing:
             return ChatPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
         return ChatPaddedView(dataset, indices, transform, self.pad_id, self.pad_to_multiple_of)
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         train = split == "train"
-        if isinstance(view, (ChatMixedPackedView, ChatMixedDocView)):
-            drop = self.drop_last and train
-            return self.blends.sampler(view, self.batch_size, drop, self.shuffle_seed, rank, world)
+        if hasattr(view, "mixture"):  # a blend (datamodules/tokens/blends.py)
+            return self.blends.sampler(split, view, rank, world)
         if isinstance(view, ChatPackedView):
             return PackedRowSampler(
                 view.planner,
@@ -381,10 +385,7 @@ class ChatDataModule(BaseDataModule):
     # ------------------------------------------------------------------ blends
     def mixture(self, split: str) -> Mixture | None:
         """The :class:`~datamodules.core.mixture.Mixture` of a blended split, else None."""
-        self._require_setup()
-        if not isinstance(self.split_datasets.get(split), BlendCorpus):
-            return None
-        return self.view(split).mixture
+        return self.blends.mixture(split)
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
         """The units (packed rows with ``packing=True``, else conversations) each source
@@ -393,59 +394,39 @@ class ChatDataModule(BaseDataModule):
         Raises:
             ValueError: The split is not a blend.
         """
-        mixture = self.mixture(split)
-        if mixture is None:
-            raise ValueError(f"the {split} split is not a blend of Sources: it has no quotas.")
-        return mixture.by_name(epoch)
+        return self.blends.quotas(epoch, split)
 
     def source_names(self, split: str) -> list[str]:
         """The names of a blended split's sources, in order (the order of the loaders with
         ``eval_per_source=True``); empty for one input."""
-        self._require_setup()
-        dataset = self.split_datasets.get(split)
-        return list(dataset.names) if isinstance(dataset, BlendCorpus) else []
+        return self.blends.source_names(split)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Logs the train epoch's quotas as ``mix/<name>`` at its first batch (a blend)."""
-        trainer = self._trainer()
-        if trainer is not None and trainer.training and self._mix_logged != trainer.current_epoch:
-            self._mix_logged = int(trainer.current_epoch)
-            if self.mixture("train") is not None:
-                log_quotas(trainer, self.quotas(self._mix_logged))
+        self.blends.log_mix()
         return super().on_before_batch_transfer(batch, dataloader_idx)
+
+    def make_loader(self, split: str) -> Any:
+        """The base's loader; a blend's train loader re-measured after a held epoch."""
+        return self.blends.on_loader(split, super().make_loader(split))
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.eval_per_source and self.source_names("val"):
-            return self._source_loaders("val")
+        if self.blends.per_source("val"):
+            return self.blends.source_loaders("val")
         return super().val_dataloader()
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.eval_per_source and self.source_names("test"):
-            return self._source_loaders("test")
+        if self.blends.per_source("test"):
+            return self.blends.source_loaders("test")
         return super().test_dataloader()
 
-    def _source_loaders(self, split: str) -> list[ResumableDataLoader]:
-        """One loader per source of the split's blend that has conversations in it."""
-        blend, indices = self.split_datasets[split], self._require_setup()[split]
-        rank, world = self._rank_world()
-        settings = self.loader_settings(split)
-        loaders = []
-        for part, name, mine in zip(blend.parts, blend.names, blend.split(indices), strict=True):
-            if not len(mine):
-                continue
-            one = self.make_view(split, BlendCorpus([part], [name]), torch.from_numpy(mine))
-            loaders.append(
-                ResumableDataLoader(
-                    one,
-                    sampler=self.make_sampler(split, one, rank, world),
-                    reuse_batch_memory=self.reuse_batch_memory,
-                    batches_per_message=getattr(one, "batches_per_message", 1),
-                    **settings.loader_kwargs(),
-                )
-            )
-        return loaders
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Checks a checkpoint's train blend against this one (a changed mix continues: the
+        interrupted epoch ends as planned, the new mix applies from the next), then restores
+        as the base does."""
+        super().load_state_dict(self.blends.check_state(state_dict))
 
     # ------------------------------------------------------------------ summary
     def extra_summary(self) -> list[str]:
@@ -478,3 +459,8 @@ class ChatDataModule(BaseDataModule):
                     epoch = sampler.epoch if split == "train" and sampler is not None else 0
                     lines.append("  " + packing_lines(self.planner(split), split, epoch))
         return lines
+
+
+def _source_paths(split: str, source: Source) -> list[str]:
+    """What a chat blend reads for a source, as plain data (kept in the checkpoint's mix)."""
+    return list(source.paths)

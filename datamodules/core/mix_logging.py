@@ -1,10 +1,10 @@
 """Each train epoch's mix, logged to every Trainer logger as ``mix/<name>``.
 
-:class:`MixLogging` is mixed into the DataModules that mix sources (streams and text). At the
-first train batch of each epoch (the DataModule's ``on_before_batch_transfer`` hook, which
-Lightning calls for every batch) it logs the epoch's quotas, ``dm.quotas(epoch)``, one metric
-per source, at the Trainer's global step: a run's logs then show how its mix moved over
-training, next to the loss.
+:class:`MixLogging` is mixed into the stream DataModules; text and chat blends call
+:func:`log_epoch_mix` from their blends component. At the first train batch of each epoch (the
+DataModule's ``on_before_batch_transfer`` hook, which Lightning calls for every batch) it logs
+the epoch's quotas, ``dm.quotas(epoch)``, one metric per source, at the Trainer's global step:
+a run's logs then show how its mix moved over training, next to the loss.
 """
 
 from __future__ import annotations

@@ -21,13 +21,14 @@ import os
 from typing import Any
 
 from datamodules.core.checks import check_int, check_path
+from datamodules.core.mixture import Source
 from datamodules.core.samplers import current_rank_and_world
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.retrying import check_remote_options
 from datamodules.text.arguments import check_eos_id
 from datamodules.text.readers import labels_of, read_text_files, records_from_memory
-from datamodules.tokens.blends import check_blend
+from datamodules.tokens.blends import TokenBlends, check_blend
 from datamodules.tokens.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
@@ -176,6 +177,53 @@ class TextCorpus:
             )
         self.dtype, self.eos_id, self.declared_vocab_size = dtype, eos_id, vocab_size
 
+    # ------------------------------------------------------------------ blends
+    def init_blends(self, epoch_size: Any, eval_per_source: Any) -> None:
+        """The blends component (``self.blends``), checked against the text arguments."""
+        sources = {s: self._blend_sources(s) for s in ("train", "val", "test")}
+        self.blends = TokenBlends(
+            self, sources, epoch_size, eval_per_source,
+            read=self.read_blend_part, files_of=self.blend_files,
+            seq_length=self.seq_length if self.packing else None, pack_mode=self.pack_mode,
+            seed=self.shuffle_seed, given=self._given_split,
+            train_argument="token_files= or train_file=",
+        )  # fmt: skip
+        blends = [s for s, given in sources.items() if given is not None]
+        files = [s for s in blends if s != "train" or self.token_files is None]
+        if files and not self.uses_store():
+            raise ValueError(
+                f"{', '.join(SPLIT_FILES[s] for s in files)}: a blend of files goes through the "
+                "token store: give tokenizer= (yours) and leave token_cache on."
+            )
+        if (self.batch_by == "tokens" or self.max_tokens) and blends:
+            raise ValueError("batch_by='tokens' does not apply to a blend: use batch_size.")
+        self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
+
+    def _blend_sources(self, split: str) -> list[Source] | None:
+        """The Sources of a split given as a blend (the train one: ``token_files`` or
+        ``train_file``), else None."""
+        if split == "train" and isinstance(self.token_files, list):
+            return self.token_files
+        given = self.files.get(split)
+        return given if given and isinstance(given[0], Source) else None
+
+    def _given_split(self, split: str) -> bool:
+        """Whether ``split`` has files of its own (``val_file`` / ``test_file``)."""
+        return self.files.get(split) is not None
+
+    def blend_files(self, split: str, source: Source) -> Any:
+        """What :meth:`read_blend_part` reads for a source, as plain data (kept in the
+        checkpoint's mix, so that a source removed since can still be read)."""
+        if split == "train" and isinstance(self.token_files, list):
+            return source.files
+        return list(source.paths)
+
+    def read_blend_part(self, split: str, files: Any, name: str) -> Any:
+        """One source of a split's blend: a token file (``token_files``) or a store."""
+        if split == "train" and isinstance(self.token_files, list):
+            return read_token_files(files, self.dtype, self.eos_id, self.declared_vocab_size)
+        return self._file_store(find_files(files, f"{SPLIT_FILES[split]} ({name})", self.remote))
+
     # ------------------------------------------------------------------ per split
     def uses_store(self) -> bool:
         """Whether files (and a Dataset) go through the token store: a tokenizer of yours
@@ -185,7 +233,7 @@ class TextCorpus:
     def corpus_of(self, split: str) -> Any:
         """The mapped corpus of ``split`` (a store or token file, or a blend of them), or None
         when it is read into memory (or the split has no input of its own)."""
-        blend = self.blend_corpus(split)
+        blend = self.blends.corpus(split)
         if blend is not None:
             return blend
         if split == "train":

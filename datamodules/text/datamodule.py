@@ -16,7 +16,9 @@ The train loader's batches come from :class:`~datamodules.core.buckets.BucketBat
 similar lengths together (little padding), a new composition every epoch, the same number of
 batches on every DDP rank, exact mid-epoch resume. With ``packing=True`` (language modelling,
 texts without labels) batches are instead rows of ``seq_length`` tokens with document
-boundaries (:mod:`datamodules.tokens.packing`).
+boundaries (:mod:`datamodules.tokens.packing`). A blend of Sources is the tokens layer's
+:class:`~datamodules.tokens.blends.TokenBlends`, held as ``dm.blends`` (as ChatDataModule
+holds it): quotas, per-source loaders, the ``mix/<name>`` logs and a changed mix on resume.
 
 Extension point: override :meth:`TextDataModule.load_texts` to return ``(texts, labels)`` for
 your own dataset.
@@ -35,14 +37,14 @@ from datamodules.core.base import BaseDataModule
 from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
-from datamodules.core.mixture import Source
+from datamodules.core.mixture import Mixture, Source
 from datamodules.text.arguments import check_text_arguments
 from datamodules.text.corpus import TextCorpus
 from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import TextLabels
 from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.views import TextViews
-from datamodules.tokens.blends import TextBlends, blend_parts
+from datamodules.tokens.blends import blend_parts
 from datamodules.tokens.encoding import EncodedTexts
 from datamodules.tokens.packing import PackPlanner, check_packable
 from datamodules.tokens.store_build import encode
@@ -63,7 +65,7 @@ Tokenizer = str | Callable[[str], Sequence[int]] | Any
 Files = Sequence[Source] | str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
-class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspection, BaseDataModule):
+class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -414,7 +416,37 @@ class TextDataModule(TextBlends, TextViews, TextCorpus, TextLabels, TextInspecti
             self._max_id = max((top for top, _ in tops), default=-1)
         return max(declared or 0, self._max_id + 1, self.pad_id + 1)
 
+    # ------------------------------------------------------------------ blends
+    def mixture(self, split: str) -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of a blended split (None for one
+        corpus)."""
+        return self.blends.mixture(split)
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The units (packed rows with ``packing=True``, else documents) each source gives in
+        ``epoch``, by source name.
+
+        Raises:
+            ValueError: The split is not a blend.
+        """
+        return self.blends.quotas(epoch, split)
+
+    def source_names(self, split: str) -> list[str]:
+        """The names of a blended split's sources, in order (the order of the loaders with
+        ``eval_per_source=True``); empty for one corpus."""
+        return self.blends.source_names(split)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs the train epoch's quotas as ``mix/<name>`` at its first batch (a blend)."""
+        self.blends.log_mix()
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
     # ------------------------------------------------------------------ state
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Checks a checkpoint's train blend against this one (a changed mix continues), then
+        restores as the base does."""
+        super().load_state_dict(self.blends.check_state(state_dict))
+
     def state_dict(self) -> dict[str, Any]:
         """The base state plus the vocabulary and label names (plain lists)."""
         state = super().state_dict()

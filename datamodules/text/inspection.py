@@ -15,6 +15,7 @@ import torch
 
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.summary import counted
+from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.vocab import describe_tokenizer
 
 __all__ = ["TextInspection"]
@@ -24,9 +25,13 @@ class TextInspection:
     """The inspect hooks of :class:`~datamodules.TextDataModule` (a mixin)."""
 
     def extra_summary(self) -> list[str]:
-        """The tokenizer, the token buffer, the labels and the batching (for ``summary()``)."""
+        """The tokenizer, the token buffer, the labels and the batching (for ``summary()``),
+        then a line per source of each blended split and its schedule."""
         if not self._sources:
             return []
+        return self._corpus_summary() + self.blends.summary_lines()
+
+    def _corpus_summary(self) -> list[str]:
         if self.vocab:
             name = f"{self.tokenizer}-level vocabulary"
         elif self.tokenizer is None:  # token_files: the ids are read as they are
@@ -178,6 +183,11 @@ class TextInspection:
         across rows (the train line above gives the rows and batches per rank)."""
         from datamodules.tokens.packing import packing_lines
 
+        if any(isinstance(d, BlendCorpus) for d in self.split_datasets.values()):
+            return [
+                f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
+                f"batch_size={self.batch_size} rows, each source packed on its own"
+            ]
         lines = [
             f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
             f"batch_size={self.batch_size} rows"

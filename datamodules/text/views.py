@@ -4,9 +4,10 @@ blend of sources.
 :class:`TextViews` is mixed into :class:`~datamodules.TextDataModule`: it says, per split, what
 the loader's dataset is (:meth:`TextViews.make_view`: a
 :class:`~datamodules.tokens.encoding.TextBatchView` of padded documents, a
-:class:`~datamodules.tokens.packing.PackedTextView` of packed rows, or a blend's view from
-:mod:`datamodules.tokens.blends`) and which batch sampler draws from it
-(:meth:`TextViews.make_sampler`: length buckets, packed rows, or a blend's quotas).
+:class:`~datamodules.tokens.packing.PackedTextView` of packed rows, or a blend's view from its
+blends component, :class:`~datamodules.tokens.blends.TokenBlends`) and which batch sampler
+draws from it (:meth:`TextViews.make_sampler`: length buckets, packed rows, or a blend's
+quotas); a blend's evaluation loaders one per source (``eval_per_source=True``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.text.readers import TextRecords
+from datamodules.tokens.blends import TokenBlends
 from datamodules.tokens.encoding import TextBatchView
 from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackedRowSampler, PackedTextView, PackPlanner
@@ -30,6 +32,7 @@ class TextViews:
     """The loader side of :class:`~datamodules.TextDataModule` (a mixin): views and samplers."""
 
     _planners: dict[str, PackPlanner]
+    blends: TokenBlends
     split_datasets: dict[str, Any]
 
     def planner(self, split: str) -> PackPlanner:
@@ -45,7 +48,7 @@ class TextViews:
 
     def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
         if isinstance(dataset, BlendCorpus):
-            return self.blend_view(split, dataset, indices)
+            return self.blends.view(split, dataset, indices)
         if self.packing:
             planner = self.planner(split)
             return PackedTextView(
@@ -60,10 +63,26 @@ class TextViews:
             self.pad_to_multiple_of,
         )
 
+    def make_loader(self, split: str) -> Any:
+        """The base's loader; a blend's train loader re-measured after a held epoch."""
+        return self.blends.on_loader(split, super().make_loader(split))  # type: ignore[misc]
+
+    def val_dataloader(self) -> Any:
+        """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("val"):
+            return self.blends.source_loaders("val")
+        return super().val_dataloader()  # type: ignore[misc]
+
+    def test_dataloader(self) -> Any:
+        """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("test"):
+            return self.blends.source_loaders("test")
+        return super().test_dataloader()  # type: ignore[misc]
+
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         train = split == "train"
         if hasattr(view, "mixture"):  # a blend (datamodules/tokens/mixture.py)
-            return self.blend_sampler(split, view, rank, world)
+            return self.blends.sampler(split, view, rank, world)
         if isinstance(view, PackedTextView):
             return PackedRowSampler(
                 view.planner,

@@ -9,7 +9,9 @@
 * :mod:`~datamodules.tokens.encoding`: tokenized texts in one flat buffer; padded batches from it.
 * :mod:`~datamodules.tokens.packing`: packed rows for language models (``packing=True``).
 * :mod:`~datamodules.tokens.mixture` / :mod:`~datamodules.tokens.blends` /
-  :mod:`~datamodules.tokens.blend_resume`: blends of token corpora, their quotas and resume.
+  :mod:`~datamodules.tokens.blend_resume` / :mod:`~datamodules.tokens.blend_views`: blends of
+  token corpora, their quotas and resume; :class:`~datamodules.tokens.blends.TokenBlends` is
+  the component that text and chat DataModules hold as ``dm.blends``.
 """
 
 __all__: list[str] = []

@@ -1,9 +1,11 @@
 """A text blend's train mix continued from a checkpoint, possibly changed since.
 
-:class:`BlendResume` is mixed into :class:`~datamodules.TextDataModule` (through its blends).
-When a checkpoint of a blended train split is restored (``Trainer.fit(ckpt_path=...)``: the
-DataModule's ``load_state_dict`` runs after ``setup`` and before the train loader is built),
-the DataModule:
+:class:`BlendResume` is the resume side of :class:`~datamodules.tokens.blends.TokenBlends`
+(the blends component of :class:`~datamodules.TextDataModule` and
+:class:`~datamodules.ChatDataModule`). When a checkpoint of a blended train split is restored
+(``Trainer.fit(ckpt_path=...)``: the DataModule's ``load_state_dict`` runs after ``setup`` and
+before the train loader is built, and hands the state to :meth:`BlendResume.check_state`), the
+blends:
 
 * checks every source that kept its name against the checkpoint: the same file (Megatron
   prefix, flat token file or store), documents and tokens, and the same units (packed rows
@@ -50,7 +52,7 @@ def blend_listing(part: Any) -> list[list[Any]]:
 
 
 class WeakResume:
-    """A DataModule's ``_resume_blend`` held weakly (a sampler never keeps its DataModule)."""
+    """A blend's ``resume_blend`` held weakly (a sampler never keeps its DataModule)."""
 
     def __init__(self, method: Callable[[dict[str, Any], bool], Mixture]) -> None:
         self._method = weakref.WeakMethod(method)
@@ -87,37 +89,40 @@ class _Absent:
 
 
 class BlendResume:
-    """Continuing a checkpoint's train blend (a mixin; see the module docstring)."""
+    """Continuing a checkpoint's train blend (see the module docstring); the base of
+    :class:`~datamodules.tokens.blends.TokenBlends`."""
 
-    split_indices: Any
-    files: dict[str, Any]
+    owner: Any
+    sources: dict[str, Any]
+    given: Callable[[str], bool]
+    masked: bool
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Checks a checkpoint's train blend against this one, then restores as the base does
-        (the sampler continues a changed mix)."""
+    def check_state(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's DataModule state, its train blend checked against this one (what
+        the DataModule's ``load_state_dict`` then restores; the sampler continues a changed
+        mix)."""
         saved = (state_dict.get("train_sampler") or {}).get("mix")
-        if saved is not None and self.blend_sources("train") is not None:  # type: ignore[attr-defined]
+        if saved is not None and self.sources.get("train") is not None:
             state_dict = self._check_blend_resume(state_dict, saved)
-        super().load_state_dict(state_dict)  # type: ignore[misc]
+        return state_dict
 
-    def make_loader(self, split: str) -> Any:
-        """The base's loader; a blend's train loader re-measured after a held epoch."""
-        loader = super().make_loader(split)  # type: ignore[misc]
+    def on_loader(self, split: str, loader: Any) -> Any:
+        """A blend's train loader re-measured after a held epoch; returns the loader."""
         if split == "train" and isinstance(loader.sampler, MixedSampler):
-            loader.on_epoch_end = _HeldEpochEnd(self, loader.sampler)
+            loader.on_epoch_end = _HeldEpochEnd(self.owner, loader.sampler)
         return loader
 
     def _whole_train_split(self) -> bool:
         """Whether every source's train documents are all its documents."""
         held_out = [
-            self.files.get(split) is None and getattr(self, f"{split}_split")
+            not self.given(split) and getattr(self.owner, f"{split}_split")
             for split in ("val", "test")
         ]
-        return not any(held_out) and getattr(self, "explicit_splits", None) is None
+        return not any(held_out) and getattr(self.owner, "explicit_splits", None) is None
 
     def _check_blend_resume(self, state: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
         then = {s["name"] for s in saved["sources"] if not s.get("hidden")}
-        now = {s.label for s in self.blend_sources("train")}  # type: ignore[attr-defined]
+        now = {s.label for s in self.sources["train"]}
         if then != now and not self._whole_train_split():
             added, removed = sorted(now - then), sorted(then - now)
             raise ValueError(
@@ -127,17 +132,17 @@ class BlendResume:
                 "Give val_file= / test_file= (or val_split=0 and test_split=0) to change the "
                 "sources of a blend on resume."
             )
-        if self.split_indices is not None:  # set up: compare the sources now
-            view = self.view("train")  # type: ignore[attr-defined]
+        if self.owner.split_indices is not None:  # set up: compare the sources now
+            view = self.owner.view("train")
             _check_sources(view.mixture.base or view.mixture, saved)
         if then == now:
             return state
         return {k: v for k, v in state.items() if k != "split_fingerprint"}
 
-    def _resume_blend(self, saved: dict[str, Any], cut: bool) -> Mixture:
+    def resume_blend(self, saved: dict[str, Any], cut: bool) -> Mixture:
         """The train view's mixture continued from a checkpoint's changed mix (the sampler's
         :attr:`~datamodules.tokens.mixture.MixedSampler.resume`)."""
-        view = self.view("train")  # type: ignore[attr-defined]
+        view = self.owner.view("train")
         if view.mixture.saved == saved:  # restored already (Lightning restores twice)
             return view.mixture
         base = view.mixture.base or view.mixture
@@ -145,22 +150,27 @@ class BlendResume:
         resumed = base.resumed(saved, cut)  # raises if a source holds other data
         k = len(base.entries)
         encoded, docs, units = view.encoded[:k], view.docs[:k], view.units[:k]
+        trained = list(view.trained[:k]) if self.masked else []
         epoch = int(saved["epoch"])
         held = resumed.quotas(epoch)
         for entry, quota in zip(resumed.entries[k:], held[k:], strict=True):
             if quota:
                 part, unit = self._removed_source(entry, quota, epoch)
                 encoded.append(part.encoded)
+                trained.append(getattr(part, "trained", None))
                 docs.append(np.arange(len(part), dtype=np.int64))
                 units.append(unit)
             else:
                 encoded.append(_Absent(view.encoded[0]))
+                trained.append(_Absent(view.encoded[0]))
                 docs.append(np.zeros(0, dtype=np.int64))
-                units.append(self.blend_units(entry.name, np.zeros(0, np.int64), False))  # type: ignore[attr-defined]
+                units.append(self.units(entry.name, np.zeros(0, np.int64), False))  # type: ignore[attr-defined]
         view.resume(resumed, encoded, docs, units)
+        if self.masked:
+            view.resume_masks(trained)
         changes = base.changes(saved)
-        if changes and self._rank_world()[0] == 0:  # type: ignore[attr-defined]
-            log.info(resume_message(type(self).__name__, changes, epoch, cut))
+        if changes and self.owner._rank_world()[0] == 0:
+            log.info(resume_message(type(self.owner).__name__, changes, epoch, cut))
         return resumed
 
     def _removed_source(self, entry: MixEntry, quota: int, epoch: int) -> tuple[Any, Any]:
@@ -176,14 +186,14 @@ class BlendResume:
                 "all its documents. Resume from a checkpoint taken at the end of an epoch."
             )
         try:
-            part = self.read_blend_part("train", entry.files, entry.name)  # type: ignore[attr-defined]
+            part = self.read("train", entry.files, entry.name)  # type: ignore[attr-defined]
         except (OSError, ValueError) as err:
             raise ValueError(
                 f"{owes} its files cannot be read ({err}). Keep its files, or resume from a "
                 "checkpoint taken at the end of an epoch."
             ) from err
         check_same_listing(entry.name, entry.listing, blend_listing(part))
-        unit = self.blend_units(entry.name, part.encoded.lengths_np, self.shuffle)  # type: ignore[attr-defined]
+        unit = self.units(entry.name, part.encoded.lengths_np, self.owner.shuffle)  # type: ignore[attr-defined]
         if unit.count != entry.units:
             raise ValueError(f"{owes} it has {unit.count} unit(s) a pass now, {entry.units} then.")
         return part, unit

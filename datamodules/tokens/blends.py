@@ -1,16 +1,20 @@
-"""TextDataModule's blends: ``token_files`` / ``train_file`` / ``val_file`` / ``test_file`` given
-as lists of :class:`~datamodules.Source`.
+"""Blends of token sources: ``train_file`` / ``val_file`` / ``test_file`` (and text's
+``token_files``) given as lists of :class:`~datamodules.Source`, one component with its own state.
 
-:class:`TextBlends` is mixed into :class:`~datamodules.TextDataModule`. A blend's sources are
-Megatron prefixes or flat token files (``token_files``), or files that go through the token
-store (``train_file`` etc., with your tokenizer); :mod:`datamodules.tokens.mixture` holds the
-views and the sampler. What this adds to the DataModule:
+:class:`TokenBlends` is held by :class:`~datamodules.TextDataModule` and
+:class:`~datamodules.ChatDataModule` as ``dm.blends``; they delegate ``quotas()``,
+``source_names()`` and ``mixture()`` to it. It holds each split's Sources, ``epoch_size`` and
+``eval_per_source``, reads a source through the DataModule's reader (a Megatron prefix or flat
+token file, or a store), and builds, from :mod:`datamodules.tokens.mixture`, a blended split's
+corpus, view and sampler (exact quotas per epoch, DDP-even). What it gives the DataModule:
 
 * ``epoch_size=``: units per epoch over the train sources, split by weight (default: all the
-  sources' units); a unit is a packed row with ``packing=True``, else a document;
-* :meth:`TextBlends.quotas` and :meth:`TextBlends.source_names`; the summary's lines per
-  source and the schedule; the ``mix/<name>`` logs (:mod:`datamodules.core.mix_logging`);
-* ``eval_per_source=True``: one validation (test) loader per source of a blend, in order.
+  sources' units); a unit is a packed row when packing, else a document (a conversation);
+* the summary's lines per source and the schedule; the ``mix/<name>`` logs
+  (:func:`datamodules.core.mix_logging.log_epoch_mix`);
+* ``eval_per_source=True``: one validation (test) loader per source of a blend, in order;
+* a per-token loss mask gathered beside the ids (``masked=True``: chat's assistant tokens,
+  :mod:`datamodules.tokens.blend_views`).
 
 Validation and test of a train blend come from ``val_split`` / ``test_split`` (documents of
 every source, drawn at random over the blend), each source read once, or from ``val_file`` /
@@ -24,7 +28,7 @@ naming what changed.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,11 +36,12 @@ import torch
 
 from datamodules.core.checks import check_bool, check_int
 from datamodules.core.loaders import ResumableDataLoader
-from datamodules.core.mix_logging import MixLogging
+from datamodules.core.mix_logging import log_epoch_mix
 from datamodules.core.mixture import MixEntry, Mixture, Source, check_sources, schedule_lines
 from datamodules.core.summary import counted
 from datamodules.tokens.blend_resume import BlendResume, WeakResume, blend_listing
-from datamodules.tokens.inputs import SPLIT_FILES, find_files
+from datamodules.tokens.blend_views import MaskedDocView, MaskedPackedView
+from datamodules.tokens.inputs import SPLIT_FILES
 from datamodules.tokens.mixture import (
     BlendCorpus,
     BlendUnits,
@@ -46,9 +51,8 @@ from datamodules.tokens.mixture import (
     blend_parts,
 )
 from datamodules.tokens.packing import PackPlanner
-from datamodules.tokens.token_files import read_token_files
 
-__all__ = ["BlendCorpus", "TextBlends", "blend_parts", "check_blend"]
+__all__ = ["BlendCorpus", "TokenBlends", "blend_parts", "check_blend"]
 
 
 def check_blend(value: Any, name: str) -> list[Source] | None:
@@ -81,142 +85,155 @@ def check_blend(value: Any, name: str) -> list[Source] | None:
     return check_sources(items, name)
 
 
-class TextBlends(BlendResume, MixLogging):
-    """Blends of token sources in a TextDataModule (a mixin; see the module docstring)."""
+class TokenBlends(BlendResume):
+    """The blended splits of a token DataModule (see the module docstring).
 
-    files: dict[str, Any]
-    token_files: Any
-    split_datasets: dict[str, Any]
+    Args:
+        owner: The DataModule that holds it (its split, views, loaders and Trainer).
+        sources: Per split, its Sources, or None (not a blend).
+        epoch_size: Train units per epoch, split by weight (None: all the sources' units).
+        eval_per_source: One validation (test) loader per source of a blend.
+        read: ``read(split, files, name)``: one source of a split's blend, from what
+            ``files_of`` gave (also from a checkpoint, for a source removed since).
+        files_of: ``files_of(split, source)``: what ``read`` reads, as plain data.
+        given: ``given(split)``: whether the DataModule has inputs of its own for ``split``
+            (``val_file`` / ``test_file``), so that no documents are held out of the train
+            sources for it.
+        seq_length: The packed rows' length, or None (padded documents).
+        pack_mode: The pack planner's mode.
+        seed: The shuffle seed.
+        unit: What a padded unit is called (``"document"``, ``"conversation"``).
+        masked: Whether each source has a loss mask (``part.trained``) read beside the ids.
+        train_argument: The arguments that give a train blend, for messages.
+    """
 
-    def init_blends(self, epoch_size: Any, eval_per_source: Any) -> None:
-        """Checks ``epoch_size`` and ``eval_per_source`` against the blends given."""
+    def __init__(
+        self,
+        owner: Any,
+        sources: dict[str, list[Source] | None],
+        epoch_size: Any,
+        eval_per_source: Any,
+        *,
+        read: Callable[[str, Any, str], Any],
+        files_of: Callable[[str, Source], Any],
+        given: Callable[[str], bool],
+        seq_length: int | None,
+        pack_mode: str,
+        seed: int,
+        unit: str = "document",
+        masked: bool = False,
+        train_argument: str = "train_file=",
+    ) -> None:
         check_bool(eval_per_source, "eval_per_source")
-        train = self.blend_sources("train")
+        train = sources.get("train")
         if epoch_size is not None:
             check_int(epoch_size, "epoch_size", 1)
             if train is None or train[0].weight is None:
                 raise ValueError(
                     f"epoch_size={epoch_size!r} splits an epoch between weighted sources: give "
-                    "token_files= or train_file= a list of Source(..., weight=...) (or leave "
-                    "epoch_size unset)."
+                    f"{train_argument} a list of Source(..., weight=...) (or leave epoch_size "
+                    "unset)."
                 )
         for split in ("val", "test"):
-            sources = self.blend_sources(split) or []
-            if any(s.weight is not None or s.repeat is not None for s in sources):
+            if any(s.weight is not None or s.repeat is not None for s in sources.get(split) or []):
                 raise ValueError(
-                    f"{SPLIT_FILES[split]}: every source of an evaluation split is read once; drop "
-                    "weight= and repeat= there."
+                    f"{SPLIT_FILES[split]}: every source of an evaluation split is read once; "
+                    "drop weight= and repeat= there."
                 )
-        blends = [s for s in ("train", "val", "test") if self.blend_sources(s) is not None]
-        files = [s for s in blends if s != "train" or self.token_files is None]
-        if files and not self.uses_store():
-            raise ValueError(
-                f"{', '.join(SPLIT_FILES[s] for s in files)}: a blend of files goes through the "
-                "token store: give tokenizer= (yours) and leave token_cache on."
-            )
-        if (self.batch_by == "tokens" or self.max_tokens) and blends:
-            raise ValueError("batch_by='tokens' does not apply to a blend: use batch_size.")
+        self.owner, self.sources = owner, sources
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
+        self.read, self.files_of, self.given = read, files_of, given
+        self.seq_length, self.pack_mode, self.seed = seq_length, pack_mode, seed
+        self.unit, self.masked = unit, masked
         self._mix_logged: int | None = None
 
-    def blend_sources(self, split: str) -> list[Source] | None:
-        """The Sources of a split given as a blend (the train one: ``token_files`` or
-        ``train_file``), else None."""
-        if split == "train" and isinstance(self.token_files, list):
-            return self.token_files
-        given = self.files.get(split)
-        return given if given and isinstance(given[0], Source) else None
+    @property
+    def any(self) -> bool:
+        """Whether any split is a blend."""
+        return any(v is not None for v in self.sources.values())
 
-    def blend_corpus(self, split: str) -> BlendCorpus | None:
-        """The split's blend, its sources mapped (token files) or stored (files), or None."""
-        sources = self.blend_sources(split)
+    def corpus(self, split: str) -> BlendCorpus | None:
+        """The split's blend, its sources read, or None."""
+        sources = self.sources.get(split)
         if sources is None:
             return None
-        parts = [self.read_blend_part(split, self.blend_files(split, s), s.label) for s in sources]
+        parts = [self.read(split, self.files_of(split, s), s.label) for s in sources]
         return BlendCorpus(parts, [s.label for s in sources])
 
-    def blend_files(self, split: str, source: Source) -> Any:
-        """What :meth:`read_blend_part` reads for a source, as plain data (kept in the
-        checkpoint's mix, so that a source removed since can still be read)."""
-        if split == "train" and isinstance(self.token_files, list):
-            return source.files
-        return list(source.paths)
-
-    def read_blend_part(self, split: str, files: Any, name: str) -> Any:
-        """One source of a split's blend: a token file (``token_files``) or a store."""
-        if split == "train" and isinstance(self.token_files, list):
-            return read_token_files(files, self.dtype, self.eos_id, self.declared_vocab_size)
-        return self._file_store(find_files(files, f"{SPLIT_FILES[split]} ({name})", self.remote))
-
-    def blend_units(self, name: str, lengths: np.ndarray, shuffle: bool) -> BlendUnits:
+    def units(self, name: str, lengths: np.ndarray, shuffle: bool) -> BlendUnits:
         """A source's units over its documents of a split (of ``lengths`` tokens)."""
         planner = None
-        if self.packing:
-            planner = PackPlanner(
-                lengths, self.seq_length, self.pack_mode, shuffle, self.shuffle_seed
-            )
-        return BlendUnits(name, lengths, planner, shuffle, self.shuffle_seed)
+        if self.seq_length is not None:
+            planner = PackPlanner(lengths, self.seq_length, self.pack_mode, shuffle, self.seed)
+        return BlendUnits(name, lengths, planner, shuffle, self.seed)
 
     # ------------------------------------------------------------------ views and samplers
-    def blend_view(self, split: str, blend: BlendCorpus, indices: torch.Tensor) -> Any:
+    def view(self, split: str, blend: BlendCorpus, indices: torch.Tensor) -> Any:
         """The split's view over its documents of every source (see
         :mod:`datamodules.tokens.mixture`)."""
-        shuffle = self.shuffle and split == "train"
+        shuffle = self.owner.shuffle and split == "train"
         docs = blend.split(indices)
         units = [
-            self.blend_units(name, part.encoded.lengths_np[mine], shuffle)
+            self.units(name, part.encoded.lengths_np[mine], shuffle)
             for part, name, mine in zip(blend.parts, blend.names, docs, strict=True)
         ]
-        train = split == "train" and self.blend_sources("train") is not None
-        sources = self.blend_sources("train") if train else None
+        sources = self.sources.get("train") if split == "train" else None
         entries = []
         for k, (part, unit) in enumerate(zip(blend.parts, units, strict=True)):
             weight = sources[k].weight if sources else None
             repeat = sources[k].repeat if sources else None
-            files = self.blend_files(split, sources[k]) if sources else None
+            files = self.files_of(split, sources[k]) if sources else None
             entries.append(
                 MixEntry(unit.name, weight, repeat, unit.count, blend_listing(part), files=files)
             )
-        mixture = Mixture(entries, self.epoch_size if train else None)
-        return self._mixed_view([p.encoded for p in blend.parts], docs, units, mixture, split)
+        mixture = Mixture(entries, self.epoch_size if sources else None)
+        return self.mixed_view(blend.parts, docs, units, mixture, split)
 
-    def _mixed_view(
-        self, encoded: list[Any], docs: list[np.ndarray], units: list[BlendUnits],
+    def mixed_view(
+        self, parts: list[Any], docs: list[np.ndarray], units: list[BlendUnits],
         mixture: Mixture, split: str,
     ) -> Any:  # fmt: skip
-        args = (encoded, docs, units, mixture, self.transform_for(split), self.pad_id)
-        if self.packing:
+        """The view over ``parts`` (sources) read by ``mixture``."""
+        owner = self.owner
+        args = ([p.encoded for p in parts], docs, units, mixture, owner.transform_for(split))
+        args += (owner.pad_id,)
+        pad_to = owner.pad_to_multiple_of
+        if self.masked:
+            trained = [p.trained for p in parts]
+            if self.seq_length is not None:
+                return MaskedPackedView(*args, trained=trained)
+            return MaskedDocView(*args, trained=trained, pad_to=pad_to)
+        if self.seq_length is not None:
             return MixedPackedView(*args)
-        return MixedDocView(*args, padding_side=self.padding_side, pad_to=self.pad_to_multiple_of)
+        return MixedDocView(*args, padding_side=owner.padding_side, pad_to=pad_to)
 
-    def blend_sampler(self, split: str, view: Any, rank: int, world: int) -> MixedSampler:
+    def sampler(self, split: str, view: Any, rank: int, world: int) -> MixedSampler:
         """The blend's batch sampler for this rank."""
         sampler = MixedSampler(
             view.mixture,
-            self.batch_size,
+            self.owner.batch_size,
             shuffle=view.units[0].shuffle if view.units else False,
-            drop_last=self.drop_last and split == "train",
-            seed=self.shuffle_seed,
+            drop_last=self.owner.drop_last and split == "train",
+            seed=self.seed,
             num_replicas=world,
             rank=rank,
         )
-        sampler.unit = "row" if self.packing else "document"  # for summary()
-        if split == "train" and self.blend_sources("train") is not None:
-            sampler.resume = WeakResume(self._resume_blend)  # type: ignore[attr-defined]
+        sampler.unit = "row" if self.seq_length is not None else self.unit  # for summary()
+        if split == "train" and self.sources.get("train") is not None:
+            sampler.resume = WeakResume(self.resume_blend)  # type: ignore[attr-defined]
         return sampler
 
     # ------------------------------------------------------------------ quotas and names
     def mixture(self, split: str) -> Mixture | None:
         """The :class:`~datamodules.core.mixture.Mixture` of a blended split (None for one
         corpus)."""
-        self._require_setup()
-        if not isinstance(self.split_datasets.get(split), BlendCorpus):
+        self.owner._require_setup()
+        if not isinstance(self.owner.split_datasets.get(split), BlendCorpus):
             return None
-        return self.view(split).mixture
+        return self.owner.view(split).mixture
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
-        """The units (packed rows with ``packing=True``, else documents) each source gives in
-        ``epoch``, by source name.
+        """The units each source gives in ``epoch``, by source name.
 
         Raises:
             ValueError: The split is not a blend.
@@ -227,45 +244,38 @@ class TextBlends(BlendResume, MixLogging):
         return mixture.by_name(epoch)
 
     def source_names(self, split: str) -> list[str]:
-        """The names of a blended split's sources, in order (the order of the loaders with
-        ``eval_per_source=True``); empty for one corpus."""
-        self._require_setup()
-        dataset = self.split_datasets.get(split)
+        """The names of a blended split's sources, in order; empty for one corpus."""
+        self.owner._require_setup()
+        dataset = self.owner.split_datasets.get(split)
         return list(dataset.names) if isinstance(dataset, BlendCorpus) else []
 
+    def log_mix(self) -> None:
+        """Logs the train epoch's quotas as ``mix/<name>`` at its first batch."""
+        self._mix_logged = log_epoch_mix(self.owner._trainer(), self._mix_logged, self)
+
     # ------------------------------------------------------------------ loaders
-    def val_dataloader(self) -> Any:
-        """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self._per_source("val"):
-            return self._source_loaders("val")
-        return super().val_dataloader()  # type: ignore[misc]
-
-    def test_dataloader(self) -> Any:
-        """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self._per_source("test"):
-            return self._source_loaders("test")
-        return super().test_dataloader()  # type: ignore[misc]
-
-    def _per_source(self, split: str) -> bool:
+    def per_source(self, split: str) -> bool:
+        """Whether ``split`` has one loader per source (``eval_per_source`` and a blend)."""
         return self.eval_per_source and bool(self.source_names(split))
 
-    def _source_loaders(self, split: str) -> list[ResumableDataLoader]:
+    def source_loaders(self, split: str) -> list[ResumableDataLoader]:
         """One loader per source of the split's blend that has documents in it, in order."""
-        view = self.view(split)
-        rank, world = self._rank_world()
-        settings = self.loader_settings(split)
+        owner = self.owner
+        view = owner.view(split)
+        rank, world = owner._rank_world()
+        settings = owner.loader_settings(split)
+        parts = owner.split_datasets[split].parts
         loaders = []
         for k, unit in enumerate(view.units):
             if not unit.count:
                 continue
             mixture = Mixture.fixed([unit.name], [unit.count])
-            one = self._mixed_view([view.encoded[k]], [view.docs[k]], [unit], mixture, split)
-            sampler = self.blend_sampler(split, one, rank, world)
+            one = self.mixed_view([parts[k]], [view.docs[k]], [unit], mixture, split)
             loaders.append(
                 ResumableDataLoader(
                     one,
-                    sampler=sampler,
-                    reuse_batch_memory=self.reuse_batch_memory,
+                    sampler=self.sampler(split, one, rank, world),
+                    reuse_batch_memory=owner.reuse_batch_memory,
                     batches_per_message=getattr(one, "batches_per_message", 1),
                     **settings.loader_kwargs(),
                 )
@@ -273,19 +283,19 @@ class TextBlends(BlendResume, MixLogging):
         return loaders
 
     # ------------------------------------------------------------------ summary
-    def extra_summary(self) -> list[str]:
-        """The text summary, plus a line per source of each blended split and its schedule."""
-        lines = super().extra_summary()  # type: ignore[misc]
-        unit = "rows" if self.packing else "documents"
+    def summary_lines(self) -> list[str]:
+        """A line per source of each blended split, and the train schedule."""
+        owner, lines = self.owner, []
+        unit = "rows" if self.seq_length is not None else f"{self.unit}s"
         for split in ("train", "val", "test"):
-            dataset = self.split_datasets.get(split)
-            if not isinstance(dataset, BlendCorpus) or not len(self.split_indices[split]):
+            dataset = owner.split_datasets.get(split)
+            if not isinstance(dataset, BlendCorpus) or not len(owner.split_indices[split]):
                 continue
-            view = self.view(split)
-            sampler = self._samplers.get("train") if split == "train" else None
+            view = owner.view(split)
+            sampler = owner._samplers.get("train") if split == "train" else None
             epoch = sampler.epoch if sampler is not None else 0
             quota = dict(zip(view.mixture.names, view.mixture.quotas(epoch), strict=True))
-            source = self.blend_sources("train") if split == "train" else None
+            source = self.sources.get("train") if split == "train" else None
             lines.append(
                 f"  {split} blend: {counted(view.mixture.total(epoch), unit[:-1])} per epoch "
                 f"(epoch {epoch})"
@@ -300,18 +310,9 @@ class TextBlends(BlendResume, MixLogging):
                     continue
                 share = source[k].share() if source else "once"
                 lines.append(
-                    f"    source {u.name!r}: {len(view.docs[k])} documents, {u.count} {unit} "
+                    f"    source {u.name!r}: {len(view.docs[k])} {self.unit}s, {u.count} {unit} "
                     f"a pass, {share}; {quota[u.name]} {unit} this epoch"
                 )
             if split == "train":
                 lines.extend(schedule_lines(view.mixture, epoch, unit))
         return lines
-
-    def packing_summary(self) -> list[str]:
-        """Packing's summary lines (a blend's rows are in its lines per source)."""
-        if any(isinstance(d, BlendCorpus) for d in self.split_datasets.values()):
-            return [
-                f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
-                f"batch_size={self.batch_size} rows, each source packed on its own"
-            ]
-        return super().packing_summary()  # type: ignore[misc]

@@ -29,12 +29,14 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def blend(files: dict[str, Path], **kwargs: Any) -> ChatDataModule:
+def blend(
+    files: dict[str, Path], weights: tuple[int, int] = (3, 1), **kwargs: Any
+) -> ChatDataModule:
     options = {"batch_size": 4, "tokenize_workers": 0, "num_workers": 0}
     return ChatDataModule(
         train_file=[
-            Source(str(files["a"]), weight=3, name="a"),
-            Source(str(files["b"]), weight=1, name="b"),
+            Source(str(files["a"]), weight=weights[0], name="a"),
+            Source(str(files["b"]), weight=weights[1], name="b"),
         ],
         val_file=[Source(str(files["va"]), name="va"), Source(str(files["vb"]), name="vb")],
         tokenizer=chat_tokenizer(), token_cache=files["a"].parent / "cache",
@@ -106,19 +108,85 @@ def test_each_epochs_quotas_are_logged_as_mix_names(files: dict[str, Path], tmp_
     assert [(float(r["mix/a"]), float(r["mix/b"])) for r in rows] == [(12.0, 4.0)] * 2
 
 
-def test_a_checkpoint_of_another_mix_is_refused_naming_the_change(
-    files: dict[str, Path], tmp_path: Path
+def test_other_weights_on_resume_end_the_epoch_as_planned_then_apply(
+    files: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """As text's blends: the interrupted epoch ends as planned, the new mix applies next."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from tests.datamodules.contract import quiet_trainer
     from tests.recording import RecordingModel
 
+    def epochs(model: RecordingModel) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for epoch, _, ids in model.seen["train"]:
+            out.setdefault(epoch, []).extend(ids)
+        return out
+
+    planned = RecordingModel(batch_ids)  # epoch 0 of the old mix, uninterrupted
+    quiet_trainer(max_epochs=1).fit(planned, datamodule=blend(files, epoch_size=16, val_split=0))
     saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    first = RecordingModel(batch_ids)
     trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, callbacks=[saver])
-    trainer.fit(RecordingModel(batch_ids), datamodule=blend(files, epoch_size=16, val_split=0))
-    other = blend(files, epoch_size=20, val_split=0)
-    with pytest.raises(ValueError, match=r"cannot resume the chat blend: .*epoch_size"):
-        quiet_trainer(max_epochs=1).fit(
-            RecordingModel(batch_ids), datamodule=other, ckpt_path=tmp_path / "epoch=0-step=2.ckpt"
+    trainer.fit(first, datamodule=blend(files, epoch_size=16, val_split=0))
+    other = blend(files, (1, 1), epoch_size=16, val_split=0)
+    resumed = RecordingModel(batch_ids)
+    with caplog.at_level("INFO", logger="datamodules"):
+        quiet_trainer(max_epochs=2).fit(
+            resumed, datamodule=other, ckpt_path=tmp_path / "epoch=0-step=2.ckpt"
         )
+    assert "'a' weight=3 -> weight=1" in caplog.text
+    assert "Epoch 0 ends as it was planned, the new mix applies from epoch 1" in caplog.text
+    got = epochs(resumed)
+    assert epochs(first)[0] + got[0] == epochs(planned)[0]  # each unit once across both runs
+    assert Counter(map(source_of, epochs(planned)[0])) == {"a": 12, "b": 4}
+    assert Counter(map(source_of, got[1])) == {"a": 8, "b": 8} == other.quotas(1)
+    assert len(set(got[1])) == 16
+
+
+def test_chat_and_text_hold_the_same_blends_component(files: dict[str, Path]) -> None:
+    from datamodules import TextDataModule
+    from datamodules.tokens.blends import TokenBlends
+
+    chat = blend(files)
+    text = TextDataModule(
+        train_file=[Source(str(files["a"]), weight=1, name="a")],
+        tokenizer=chat_tokenizer(),
+        text_key="messages",
+    )
+    assert type(chat.blends) is type(text.blends) is TokenBlends
+    assert chat.blends.owner is chat and text.blends.owner is text
+    assert [s.label for s in chat.blends.sources["train"]] == ["a", "b"]
+    assert chat.blends.masked and not text.blends.masked
+
+
+def test_a_checkpoint_from_before_the_shared_component_resumes_exactly(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Chat checkpoints saved before the blends component name no files in their mix."""
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    def ids(model: RecordingModel) -> list[int]:
+        return [i for _, _, batch in model.seen["train"] for i in batch]
+
+    planned = RecordingModel(batch_ids)
+    quiet_trainer(max_epochs=1).fit(planned, datamodule=blend(files, epoch_size=16, val_split=0))
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    first = RecordingModel(batch_ids)
+    trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, callbacks=[saver])
+    trainer.fit(first, datamodule=blend(files, epoch_size=16, val_split=0))
+    checkpoint = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=True)
+    mix = checkpoint["ChatDataModule"]["train_sampler"]["mix"]
+    assert [s.pop("files") for s in mix["sources"]] == [[str(files["a"])], [str(files["b"])]]
+    torch.save(checkpoint, tmp_path / "before.ckpt")
+    resumed = RecordingModel(batch_ids)
+    quiet_trainer(max_epochs=1).fit(
+        resumed,
+        datamodule=blend(files, epoch_size=16, val_split=0),
+        ckpt_path=tmp_path / "before.ckpt",
+    )
+    assert ids(first) + ids(resumed) == ids(planned) and len(ids(planned)) == 16
