@@ -2,11 +2,12 @@
 memory, or a Hugging Face ``datasets.Dataset``, read a chunk of records at a time.
 
 Every record is named by where it is, for the errors and the skipped list: ``file, line N``
-(JSONL), ``file, row N`` (Parquet), ``<datasets.Dataset>, row N`` and ``<conversations>, row
+(JSONL), ``file, row N`` (Parquet, Arrow), ``<datasets.Dataset>, row N`` and ``<conversations>, row
 N`` (a list; rows from 1). Files are found as text finds them
 (:func:`datamodules.tokens.inputs.find_files`: paths, URLs, globs, braces, directories and
-dataset indexes); JSONL and Parquet hold conversation records (a record is an
-object: ``.txt`` / ``.csv`` / ``.tsv`` files, which hold strings or flat rows, are refused).
+dataset indexes, Hugging Face ``save_to_disk`` folders); JSONL, Parquet and Arrow hold
+conversation records (a record is an object: ``.txt`` / ``.csv`` / ``.tsv`` files, which hold
+strings or flat rows, are refused).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from datamodules.remote.listing import file_version
 from datamodules.remote.retrying import RemoteOptions
+from datamodules.shards.arrow import read_arrow_batches
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
 from datamodules.shards.parquet import parquet_batches, parquet_file
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 #: The file formats that hold conversation records.
-CHAT_FORMATS = ("jsonl", "parquet")
+CHAT_FORMATS = ("jsonl", "parquet", "arrow")
 #: Records per chunk (what one render job handles).
 CHUNK_RECORDS = 512
 
@@ -56,27 +58,24 @@ def check_chat_files(files: list[str], name: str) -> None:
         if found is None or found[0] not in CHAT_FORMATS:
             raise ValueError(
                 f"{name}: {path!r} is not accepted: conversations are read from JSONL "
-                "(.jsonl / .ndjson, optionally .gz / .zst) or Parquet (.parquet) files, one "
-                "record per line or row."
+                "(.jsonl / .ndjson, optionally .gz / .zst), Parquet (.parquet) or Arrow "
+                "(.arrow, a save_to_disk folder) files, one record per line or row."
             )
 
 
 def file_chunks(path: str, options: RemoteOptions) -> Iterator[RecordChunk]:
-    """The records of one JSONL or Parquet file, a chunk at a time, with their lines / rows.
+    """The records of one JSONL, Parquet or Arrow file, a chunk at a time, with their lines / rows.
 
     Raises:
         RecordError: A line that is not JSON, naming the file and the line (a ValueError).
     """
     fmt, compression = file_format(path)
     if fmt == "parquet":
-        row = 0
         with parquet_file(path, options) as pf:
-            for batch in parquet_batches(pf, path):
-                records = batch.to_pylist()
-                for start in range(0, len(records), CHUNK_RECORDS):
-                    part = records[start : start + CHUNK_RECORDS]
-                    yield RecordChunk(part, list(range(row + 1, row + 1 + len(part))))
-                    row += len(part)
+            yield from _table_chunks(parquet_batches(pf, path))
+        return
+    if fmt == "arrow":
+        yield from _table_chunks(read_arrow_batches(path, options=options))
         return
     lines = ShardLines(path, compression, options=options)
     try:
@@ -92,6 +91,17 @@ def file_chunks(path: str, options: RemoteOptions) -> Iterator[RecordChunk]:
             yield RecordChunk(records, numbers)
     finally:
         lines.close()
+
+
+def _table_chunks(batches: Iterator[Any]) -> Iterator[RecordChunk]:
+    """Arrow record batches (of a Parquet or Arrow file) as chunks of records, rows from 1."""
+    row = 0
+    for batch in batches:
+        records = batch.to_pylist()
+        for start in range(0, len(records), CHUNK_RECORDS):
+            part = records[start : start + CHUNK_RECORDS]
+            yield RecordChunk(part, list(range(row + 1, row + 1 + len(part))))
+            row += len(part)
 
 
 def memory_chunks(conversations: Sequence[Any]) -> Iterator[RecordChunk]:

@@ -110,6 +110,19 @@ def test_a_datasets_dataset(tmp_path: Path) -> None:
     assert dm.documents("train").where(3) == "<datasets.Dataset>, row 4"
 
 
+def test_a_save_to_disk_folder_is_read_as_its_arrow_files(tmp_path: Path) -> None:
+    import datasets
+
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list(numbered(10)).save_to_disk(str(folder), num_shards=2)
+    dm = ChatDataModule(
+        train_file=folder, tokenizer=chat_tokenizer(), val_split=0, batch_size=10,
+        token_cache=tmp_path / "store", tokenize_workers=0, num_workers=0,
+    )  # fmt: skip
+    assert sorted(batch_ids(next(iter(dm.train_dataloader())))) == list(range(10))
+    assert dm.documents("train").where(6).endswith("data-00001-of-00002.arrow, row 2")
+
+
 CHECK = """
 import json, sys, torch
 checkpoint = torch.load(sys.argv[1], weights_only=True)
