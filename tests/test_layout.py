@@ -24,7 +24,7 @@ LAYERS = {
     "tokenizing": (),
     "shards": ("remote", "imaging"),
     "tokens": ("shards", "remote", "imaging", "tokenizing"),
-    "conversations": ("shards", "remote", "imaging"),
+    "conversations": ("shards", "remote", "imaging", "tokenizing"),
     "stream_engine": ("remote", "imaging", "shards"),
     "stream_parts": ("remote", "imaging", "shards", "stream_engine"),
 }
@@ -162,6 +162,7 @@ def parsers_imported(path: Path) -> set[str]:
 OWN_JSON = {
     "datamodules.tokens.store",
     "datamodules.tokens.vocab",
+    "datamodules.tokenizing.fingerprint",
     "datamodules.chat.records",
     "datamodules.stream_parts.splits",
     "datamodules.stream_engine.position",

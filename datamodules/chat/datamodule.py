@@ -78,8 +78,9 @@ class ChatDataModule(BaseDataModule):
             or a ``datasets.Dataset`` (its rows are the records).
         train_file: A path or URL, a glob, a brace pattern, a directory, a dataset index or a
             list of them: JSONL (optionally ``.gz`` / ``.zst``), Parquet or Arrow files of records
-            (a ``save_to_disk`` folder: its data files), local or remote; or a blend, a list of :class:`~datamodules.Source` (weights and
-            schedules, repeats; a packed row never mixes sources).
+            (a ``save_to_disk`` folder: its data files), local or remote; or a blend, a list of
+            :class:`~datamodules.Source` (weights and schedules, repeats; a packed row never
+            mixes sources).
         val_file: Validation files, replacing the random ``val_split``.
         test_file: Test files, replacing the random ``test_split``.
         messages_key: The key (column) of the message list.

@@ -33,6 +33,7 @@ import numpy as np
 
 from datamodules.conversations.messages import Conversation, ConversationError, parse_record
 from datamodules.core.checks import check_choice, check_string, rejected
+from datamodules.tokenizing.fingerprint import tokenizer_fingerprint
 
 __all__ = ["RULES_VERSION", "TRAIN_ON", "ChatRenderer", "as_chat_tokenizer"]
 
@@ -193,15 +194,8 @@ class ChatRenderer:
         tokens, normalizer...; or its vocabulary), its special tokens, the template,
         ``train_on``, ``messages_key`` and :data:`RULES_VERSION`."""
         tok = self.tokenizer
-        backend = getattr(tok, "backend_tokenizer", None)
-        if backend is not None:
-            state = backend.to_str()
-        else:
-            state = json.dumps(sorted(tok.get_vocab().items()))
         parts = {
-            "class": f"{type(tok).__module__}.{type(tok).__qualname__}",
-            "tokenizer": hashlib.sha256(state.encode()).hexdigest(),
-            "specials": tok.special_tokens_map,
+            "tokenizer": tokenizer_fingerprint(tok),
             "split_special_tokens": bool(getattr(tok, "split_special_tokens", False)),
             "template": self.chat_template,
             "train_on": self.train_on,
