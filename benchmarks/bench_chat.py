@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datamodules import ChatDataModule  # noqa: E402
-from datamodules.chat.build import render_workers  # noqa: E402
+from datamodules.conversations.store_build import render_workers  # noqa: E402
 
 # Benchmarks print figures, not the DataModules' summaries (logged at INFO).
 logging.getLogger("datamodules").setLevel(logging.WARNING)

@@ -24,7 +24,7 @@ LAYERS = {
     "tokenizing": (),
     "shards": ("remote", "imaging"),
     "tokens": ("shards", "remote", "imaging", "tokenizing"),
-    "conversations": ("shards", "remote", "imaging", "tokenizing"),
+    "conversations": ("shards", "remote", "imaging", "tokenizing", "tokens"),
     "stream_engine": ("remote", "imaging", "shards"),
     "stream_parts": ("remote", "imaging", "shards", "stream_engine"),
 }

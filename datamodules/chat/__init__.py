@@ -4,7 +4,6 @@
   :class:`~datamodules.tokens.blends.TokenBlends` (``dm.blends``), as text's are.
 * :mod:`~datamodules.chat.corpus`: its inputs and their token store (a part of its own).
 * :mod:`~datamodules.chat.records`: records from files, a list or a ``datasets.Dataset``.
-* :mod:`~datamodules.chat.build`: rendering into the token store, in parallel, with the mask.
 * :mod:`~datamodules.chat.views`: the conversations after ``overlong``; padded and packed
   batches with their labels.
 """

@@ -3,9 +3,10 @@
 :class:`ChatCorpus` holds what decides a split's conversations (the records, the renderer,
 ``on_error``, the store's directory, the render workers and the remote options) and gives, per
 split, the mapped store (:meth:`ChatCorpus.store`), rendered once
-(:func:`datamodules.chat.build.build_store`) and keyed by the inputs and their versions, the
-renderer's fingerprint (tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``.
-It knows nothing of batches: the DataModule applies ``overlong`` and builds the views.
+(:func:`datamodules.conversations.store_build.build_store`) and keyed by the inputs and their
+versions, the renderer's fingerprint (tokenizer, template, ``train_on``, ``messages_key``)
+and ``on_error``. It knows nothing of batches: the DataModule applies ``overlong`` and builds
+the views.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from datamodules.chat.build import build_store, render_workers
 from datamodules.chat.records import (
     RecordChunk,
     check_chat_files,
@@ -26,6 +26,7 @@ from datamodules.chat.records import (
     inputs_identity,
     memory_chunks,
 )
+from datamodules.conversations.store_build import build_store, render_workers
 from datamodules.core.checks import check_int
 from datamodules.core.skipped import Skipped
 from datamodules.remote.retrying import RemoteOptions

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from datamodules.conversations.store_build import RecordChunk
 from datamodules.remote.listing import file_version
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.arrow import read_arrow_batches
@@ -41,14 +41,6 @@ __all__ = [
 CHAT_FORMATS = ("jsonl", "parquet", "arrow")
 #: Records per chunk (what one render job handles).
 CHUNK_RECORDS = 512
-
-
-@dataclass
-class RecordChunk:
-    """Consecutive records of one input: the records and, per record, its line or row."""
-
-    records: list[Any]
-    lines: list[int]
 
 
 def check_chat_files(files: list[str], name: str) -> None:

@@ -1,14 +1,16 @@
 """Conversations rendered with a chat template into token ids and a loss mask.
 
 A shared layer below the data kinds that read conversations (chat, and image-text's
-conversations about images). It imports ``core`` alone; transformers is imported when a renderer
-is built.
+conversations about images). It sits on ``core`` and the tokens layer's store; transformers
+is imported when a renderer is built.
 
 * :mod:`~datamodules.conversations.messages`: the record formats (OpenAI / Hugging Face
   messages, ShareGPT, TRL's prompt/completion), normalised and checked;
   :class:`ConversationError`, what a bad record raises.
 * :mod:`~datamodules.conversations.render`: :class:`ChatRenderer`, a record into
   ``(input_ids, trained)``, with the rules of the loss mask.
+* :mod:`~datamodules.conversations.store_build`: rendering records into the token store, in
+  parallel, with the mask (it sits on the tokens layer's store).
 """
 
 from __future__ import annotations

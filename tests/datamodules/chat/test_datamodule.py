@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from datamodules import ChatDataModule
-from datamodules.chat import build
+from datamodules.conversations import store_build as build
 from tests.datamodules.chat.chat_data import CHATML, arithmetic, chat_tokenizer, raw_tokenizer
 from tests.datamodules.contract import (
     ContractCase,

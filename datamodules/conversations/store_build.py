@@ -1,4 +1,5 @@
-"""Rendering conversations into the token store, in parallel, with their loss mask.
+"""Rendering conversations into the token store, in parallel, with their loss mask (chat and
+image-text conversations both render through it).
 
 :func:`build_store` returns the mapped store of a chat corpus: on the first setup it renders
 every record with the :class:`~datamodules.conversations.ChatRenderer` (in
@@ -17,17 +18,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from datamodules.chat.records import RecordChunk
-from datamodules.conversations import ConversationError
+from datamodules.conversations.messages import ConversationError
 from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
 from datamodules.tokens.store_build import Progress, _in_order, write_store
 
-__all__ = ["Rendered", "build_store", "render_chunk", "render_workers"]
+__all__ = ["RecordChunk", "Rendered", "build_store", "render_chunk", "render_workers", "rendered"]
+
+
+@dataclass
+class RecordChunk:
+    """Consecutive records of one input: the records and, per record, its line or row."""
+
+    records: list[Any]
+    lines: list[int]
+
 
 #: One chunk rendered: flat ids, lengths, flat mask, the kept records' lines, and the skipped
 #: ones as ``(where, why)``.
@@ -44,7 +54,12 @@ def render_chunk(
 ) -> Rendered:
     """Renders one chunk's records; a bad one raises (naming ``name`` and its line or row)
     or, under ``on_error="skip"``, is listed with the reason."""
-    unit = "row" if name.lower().endswith((".parquet", ".pq")) or name.startswith("<") else "line"
+    lowered = name.lower()
+    unit = "line"
+    if lowered.endswith((".parquet", ".pq", ".arrow")) or name.startswith("<"):
+        unit = "row"
+    elif lowered.endswith((".tar", ".tar.gz", ".tgz", ".tar.zst")):
+        unit = "record"
     ids: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     kept: list[int] = []
@@ -88,7 +103,7 @@ def render_workers(tokenize_workers: int | str) -> int:
     return 0 if (cpus or 1) < 2 else min(int(cpus or 1), 32)
 
 
-def _rendered(
+def rendered(
     renderer: Any, jobs: Iterable[tuple[RecordChunk, str, str, Any]], workers: int
 ) -> Iterator[tuple[Any, Rendered]]:
     """``(tag, rendered)`` per job, in order, with a few chunks in flight."""
@@ -135,7 +150,7 @@ def build_store(
         empty = np.zeros(0, np.int64)
         writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
         jobs = ((c, names[i], on_error, i) for i, c in chunks())
-        for file, (flat, lengths, mask, kept, bad) in _rendered(renderer, jobs, workers):
+        for file, (flat, lengths, mask, kept, bad) in rendered(renderer, jobs, workers):
             writer.add(flat, lengths, file, kept, mask)
             trained += int(mask.sum())
             if bad:
