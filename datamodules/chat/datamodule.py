@@ -34,13 +34,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from datamodules.chat.corpus import ChatCorpus, is_dataset
 from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
+from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
-from datamodules.core.samplers import IndexBatchSampler, current_rank_and_world
+from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
@@ -252,11 +253,7 @@ class ChatDataModule(BaseDataModule):
         return files, sources
 
     def _ranks(self) -> tuple[int, int]:
-        trainer = self._trainer()
-        if trainer is not None:
-            return trainer.local_rank, trainer.global_rank
-        rank, _ = current_rank_and_world()
-        return int(os.environ.get("LOCAL_RANK", rank)), rank
+        return store_ranks(self._trainer())
 
     # ------------------------------------------------------------------ data
     @property

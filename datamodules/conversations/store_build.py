@@ -28,7 +28,15 @@ from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
 from datamodules.tokens.store_build import Progress, _in_order, write_store
 
-__all__ = ["RecordChunk", "Rendered", "build_store", "render_chunk", "render_workers", "rendered"]
+__all__ = [
+    "RecordChunk",
+    "Rendered",
+    "build_store",
+    "render_chunk",
+    "render_workers",
+    "rendered",
+    "store_ranks",
+]
 
 
 @dataclass
@@ -92,6 +100,17 @@ def _init_worker(renderer: Any) -> None:
 
 def _render_in_worker(job: tuple[RecordChunk, str, str]) -> Rendered:
     return render_chunk(_WORKER_RENDERER, *job)
+
+
+def store_ranks(trainer: Any) -> tuple[int, int]:
+    """``(local rank, global rank)`` of this process, for a store's build: the Trainer's, else
+    the process group's (``LOCAL_RANK`` for the local one)."""
+    if trainer is not None:
+        return trainer.local_rank, trainer.global_rank
+    from datamodules.core.samplers import current_rank_and_world
+
+    rank, _ = current_rank_and_world()
+    return int(os.environ.get("LOCAL_RANK", rank)), rank
 
 
 def render_workers(tokenize_workers: int | str) -> int:

@@ -1,23 +1,24 @@
-"""ImageTextDataModule: image-caption pairs from shards, for contrastive (CLIP-style) training.
+"""ImageTextDataModule: image-caption pairs from shards for contrastive (CLIP-style) training,
+and conversations about images for vision-language models (``messages_key=``).
 
 ``ImageTextDataModule("shards/train-{000000..000099}.tar", tokenizer=tokenizer)`` reads what
 img2dataset and webdataset write (tar shards of ``jpg`` + ``txt`` + ``json`` members) or
 Parquet with an image column (bytes, or Hugging Face's ``Image``) and a caption column; local
-or remote, globs, braces, dataset indexes (``*.index.json``) and
-:class:`~datamodules.Source` mixtures, as streams read them. Batches are
-``{"image": uint8 (B, 3, H, W), "input_ids": int64 (B, max_length), "attention_mask": int64
-(B, max_length)}`` (``tokenizer=None``: ``{"image", "text"}``, the captions as strings).
+or remote, globs, braces, dataset indexes and :class:`~datamodules.Source` mixtures, as streams
+read them. Batches are ``{"image": uint8 (B, 3, H, W), "input_ids", "attention_mask"}`` (int64
+``(B, max_length)``; ``tokenizer=None``: ``{"image", "text"}``, the captions as strings).
 
-It is assembled from the parts streams are (:mod:`datamodules.stream_parts`), not a subclass
-of :class:`~datamodules.StreamingDataModule`: the splits (``dm.stream_splits``), the loaders
-and train position (``dm.stream_loaders``), the image path of records (``dm.image_records``:
-the image kinds' decoder, default transforms and overrides, ``decode="scaled"``, uint8 batches
-in reused shared memory, normalisation on the device), and the captions
+It is assembled from the stream parts (:mod:`datamodules.stream_parts`), not a subclass of
+:class:`~datamodules.StreamingDataModule`: the splits (``dm.stream_splits``), the loaders and
+train position (``dm.stream_loaders``), the image path of records (``dm.image_records``: the
+image kinds' decoder, transforms and overrides, ``decode="scaled"``, uint8 batches in reused
+shared memory, normalisation on the device), and the captions
 (:mod:`~datamodules.image_text.captions`: one of a list per epoch, tokenized in the workers).
-So the stream's guarantees hold: each pair exactly once per epoch across ranks and workers,
-even batches under DDP, exact and elastic resume through the Trainer; a bad pair (an
-undecodable image, a missing caption) is named with its shard and key, and under
-``on_error="skip"`` counted in :attr:`ImageTextDataModule.skipped`.
+So each pair comes once per epoch across ranks and workers, batches are even under DDP, resume
+is exact and elastic; a bad pair is named with its shard and key, and under ``on_error="skip"``
+counted in :attr:`ImageTextDataModule.skipped`. Conversations add a part of their own
+(``dm.conversations``, :mod:`~datamodules.image_text.conversations`): a store rendered once,
+and map-style loaders over padded records or batches planned under two budgets.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
@@ -40,6 +42,8 @@ from datamodules.image_text.arguments import (
     check_conversation_arguments,
 )
 from datamodules.image_text.captions import CaptionFields
+from datamodules.image_text.conversation_views import ImageConversations
+from datamodules.image_text.conversations import ConversationParts
 from datamodules.stream_engine.stream import ShardedStream
 from datamodules.stream_parts.arguments import (
     check_files,
@@ -56,7 +60,7 @@ from datamodules.stream_parts.image_records import (
     check_image_records,
 )
 from datamodules.stream_parts.splits import SPLITS, SplitsFingerprint
-from datamodules.tokenizing.adapter import FixedLength
+from datamodules.tokenizing.adapter import FixedLength, tokenizer_pad_id
 
 __all__ = ["ImageTextDataModule"]
 
@@ -80,21 +84,32 @@ class ImageTextDataModule(BaseDataModule):
         text_key: The caption member or column; a dotted key reaches into a JSON member
             (``"json.caption"``). A caption that is a list gives one per epoch, in an order
             drawn from ``(shuffle_seed, key)``: n epochs use all n, a resume the same one.
-        messages_key: Conversations about images: not supported yet (None only).
+        messages_key: Conversations about images: the member or column holding each record's
+            messages (a list, or an object holding ``messages`` or ``conversations``; a
+            dotted key reaches into a JSON member). Then ``image_key`` names the record's
+            images in order (every one present counts: ``"0.jpg;1.jpg;2.jpg"``; a column may
+            hold a list), each ``image_token`` in the text is the next image, and batches are
+            padded (``batch_size`` records) or packed; see
+            :mod:`~datamodules.image_text.conversations`. None: caption pairs.
         tokenizer: A transformers tokenizer, a ``tokenizers.Tokenizer`` or a callable
             ``text -> ids``, run in the workers: ``input_ids`` are ``tokenizer(text,
             truncation=True, max_length=max_length)["input_ids"]`` padded to ``max_length``
             with its pad id (:mod:`datamodules.tokenizing.adapter`). None: the captions as
             strings (``batch["text"]``). Not saved in checkpoints.
         max_length: Tokens per caption (77, CLIP's context length).
-        chat_template: For conversations (not supported yet): None only.
-        train_on: For conversations (not supported yet): ``"assistant"`` only.
-        image_token: For conversations (not supported yet): ``"<image>"`` only.
-        image_tokens: For conversations (not supported yet): None only.
-        packing: For conversations (not supported yet): False only.
-        seq_length: For conversations (not supported yet): None only.
-        max_images: For conversations (not supported yet): None only.
-        overlong: For conversations (not supported yet): ``"drop"`` only.
+        chat_template: Conversations: the template (None: the tokenizer's).
+        train_on: Conversations: ``"assistant"``, ``"last"`` or ``"all"``, as ChatDataModule.
+        image_token: Conversations: the placeholder, one token of the tokenizer; a record's
+            text without one gets one per image before the first user message's content.
+        image_tokens: Conversations: the copies of the image token's id each placeholder
+            becomes, with no loss on them (None: 1, the placeholder itself).
+        packing: Conversations: pack records whole into rows of ``seq_length``, best fit over
+            tokens per row and ``max_images`` images per batch (``batch_size`` rows at most).
+        seq_length: Conversations, packing: tokens per row.
+        max_images: Conversations, packing: images per batch, at most (None: no budget).
+        overlong: Conversations, packing: a record over ``seq_length`` or ``max_images`` is
+            ``"drop"``-ped (counted), cut (``"truncate"``: its first tokens and the images
+            whose tokens fit) or raises (``"error"``).
         image_size: What the default transforms produce (a square's side, or ``(height,
             width)``): RandomResizedCrop + flip to train, Resize + CenterCrop to evaluate.
         decode: ``"scaled"`` (default: JPEGs the transform shrinks 2x or more decode at a
@@ -112,6 +127,10 @@ class ImageTextDataModule(BaseDataModule):
         cache_dir: Keep remote shards in this directory (None: read them in place).
         cache_limit: Bytes (or ``"50GB"``) the cache may hold, least recently used evicted.
         prefetch_shards: Remote shards each worker downloads ahead of the one it reads.
+        token_cache: Conversations: where their store (ids, masks, the records' images) is
+            kept, keyed by the shards' versions and the renderer (None: the user cache;
+            False: a temporary folder).
+        tokenize_workers: Conversations: render processes at the first setup (``"auto"``).
         val_split: 0: pairs are not split at random (give ``val_files``); the same holds for
             ``test_split``, ``splits`` and ``stratify``.
         num_workers: As for :class:`~datamodules.BaseDataModule`; ``"auto"`` counts image-text
@@ -164,6 +183,8 @@ class ImageTextDataModule(BaseDataModule):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         prefetch_shards: int = 1,
+        token_cache: str | os.PathLike | bool | None = None,
+        tokenize_workers: int | str = "auto",
         batch_size: int = 32,
         val_split: int | float = 0,
         test_split: int | float = 0,
@@ -199,7 +220,7 @@ class ImageTextDataModule(BaseDataModule):
         keys, _ = check_image_records(
             image_key, None, None, image_size, normalize, mean, std, None, decode
         )
-        if tokenizer is not None:
+        if tokenizer is not None and messages_key is None:
             FixedLength(tokenizer, max_length)  # refuses what is not a tokenizer, here
         self.image_key, self.text_key, self.messages_key = image_key, text_key, messages_key
         self.tokenizer, self.max_length = tokenizer, int(max_length)
@@ -221,6 +242,15 @@ class ImageTextDataModule(BaseDataModule):
             self, files, storage_options, retries, timeout, cache_dir, cache_limit,
             prefetch_shards, shuffle_buffer=self.shuffle_buffer, on_error=on_error,
         )  # fmt: skip
+        self.packing, self.seq_length, self.max_images = packing, seq_length, max_images
+        #: Conversations (``messages_key=``): store, views, samplers; None for captions.
+        self.conversations: ConversationParts | None = None
+        if messages_key is not None:
+            self.conversations = ConversationParts(
+                messages_key, keys, tokenizer, chat_template, train_on, image_token,
+                image_tokens, packing, seq_length, max_images, overlong, on_error, token_cache,
+                tokenize_workers, self.remote, self._ranks,
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ the stream's parts
     def split_parts(self, split: str, reader: Any) -> tuple[Any, Any, Callable[[list], Any]]:
@@ -234,8 +264,61 @@ class ImageTextDataModule(BaseDataModule):
     @property
     def skipped(self) -> Skipped:
         """Bad pairs and unreadable shards left out under ``on_error="skip"`` (a
-        :class:`~datamodules.core.skipped.Skipped`), with what the workers left out so far."""
-        return self.image_records.drain(self._skips)
+        :class:`~datamodules.core.skipped.Skipped`), with what the workers left out so far;
+        with conversations, the records that could not be read or rendered too."""
+        skipped = self.image_records.drain(self._skips)
+        if self.conversations is not None:
+            return self.conversations.with_skipped(skipped)
+        return skipped
+
+    # ------------------------------------------------------------------ conversations
+    def _ranks(self) -> tuple[int, int]:
+        return store_ranks(self._trainer())
+
+    def _conversation_split(self, split: str) -> ImageConversations | None:
+        shards = self.stream_splits.shards.get(split)
+        has = shards and sum(shards.counts) and self.conversations is not None
+        return self.conversations.documents(split, shards) if has else None  # type: ignore
+
+    def build_dataset(self) -> ImageConversations | None:
+        """Conversations: the train records, rendered into their store (or mapped)."""
+        self.stream_splits.setup(None)  # (refuses train shards without records)
+        return self._conversation_split("train")
+
+    def split_sources(self) -> dict[str, Any]:
+        """Conversations: the records of ``val_files`` and ``test_files``."""
+        found = {s: self._conversation_split(s) for s in ("val", "test")}
+        return {s: docs for s, docs in found.items() if docs is not None}
+
+    def make_view(self, split: str, dataset: Any, indices: Any) -> Any:
+        """Conversations: padded records, or the split's planned packed batches."""
+        assert self.conversations is not None
+        return self.conversations.view(self, split, dataset, indices)
+
+    def make_sampler(self, split: str, view: Any, rank: int, world: int) -> Any:
+        """Conversations: batches of records, or planned batches, one a step."""
+        assert self.conversations is not None
+        return self.conversations.sampler(self, split, view, rank, world)
+
+    @property
+    def image_token_id(self) -> int:
+        """Conversations: the id at image positions (``input_ids == image_token_id``)."""
+        if self.conversations is None:
+            raise AttributeError("image_token_id: caption pairs have no image tokens.")
+        return self.conversations.image_token_id
+
+    @property
+    def pad_id(self) -> int:
+        """The id written at padding: the tokenizer's pad id, else EOS, else 0."""
+        parts = self.conversations
+        return tokenizer_pad_id(self.tokenizer) if parts is None else int(parts.chat.pad_id)
+
+    @property
+    def vocab_size(self) -> int:
+        """Conversations: ids the model must embed, ``len(tokenizer)``."""
+        if self.conversations is None:
+            raise AttributeError("vocab_size: give messages_key= (conversations).")
+        return int(self.conversations.chat.vocab_size)
 
     # ------------------------------------------------------------------ splits
     def setup(self, stage: str | None = None) -> None:
@@ -246,6 +329,9 @@ class ImageTextDataModule(BaseDataModule):
             ValueError: A ``*_files`` argument matches nothing, the train shards hold no
                 records, or a Parquet shard has no column ``text_key`` names.
         """
+        if self.conversations is not None:
+            BaseDataModule.setup(self, stage)
+            return
         self.stream_splits.setup(stage)
         head = self.text_key.partition(".")[0]
         for split, shards in self.stream_splits.shards.items():
@@ -272,18 +358,27 @@ class ImageTextDataModule(BaseDataModule):
         return self.stream_splits.quotas(epoch, split)
 
     def split_size(self, split: str) -> int:
-        """Pairs per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given)."""
+        """Pairs per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given;
+        conversations: the records kept)."""
+        if self.conversations is not None:
+            return BaseDataModule.split_size(self, split)
         epoch = self.stream_loaders.current_epoch(self._trainer())
         return self.stream_splits.split_size(split, epoch)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """The train shards' fingerprint, the split sizes and the train stream's position."""
+        """The train shards' fingerprint, the split sizes and the train stream's position
+        (conversations: the train sampler's position over its planned batches)."""
+        if self.conversations is not None:
+            return BaseDataModule.state_dict(self)
         return self.stream_loaders.state_dict(self.stream_loaders.current_epoch(self._trainer()))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the train position, also on another world size, worker count or batch
         size (:meth:`~datamodules.stream_parts.loaders.StreamLoaders.load_state_dict`)."""
+        if self.conversations is not None:
+            BaseDataModule.load_state_dict(self, state_dict)
+            return
         self.stream_loaders.load_state_dict(state_dict, self._rank_world()[0])
 
     # ------------------------------------------------------------------ loaders
@@ -292,22 +387,31 @@ class ImageTextDataModule(BaseDataModule):
         return self.stream_loaders.make_stream(self, split, rank, world, self.split_parts)
 
     def make_loader(self, split: str) -> DataLoader | None:
-        """The loader of a split (see :class:`~datamodules.stream_parts.loaders.StreamLoaders`)."""
+        """The loader of a split (see :class:`~datamodules.stream_parts.loaders.StreamLoaders`;
+        conversations: the map-style loader of the split's view and sampler)."""
+        if self.conversations is not None:
+            return BaseDataModule.make_loader(self, split)
         return self.stream_loaders.make_loader(self, split, self.split_parts)
 
     def train_dataloader(self) -> DataLoader:
         """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""
+        if self.conversations is not None:
+            return BaseDataModule.train_dataloader(self)
         loader = self.make_loader("train")
         assert loader is not None
         return loader
 
     def val_dataloader(self) -> DataLoader | list:
         """The validation loader, or an empty list without validation pairs."""
+        if self.conversations is not None:
+            return BaseDataModule.val_dataloader(self)
         loader = self.stream_loaders.split_loader(self, "val", self.split_parts)
         return [] if loader is None else loader
 
     def test_dataloader(self) -> DataLoader | list:
         """The test loader."""
+        if self.conversations is not None and self.split_size("test"):
+            return BaseDataModule.make_loader(self, "test")
         loader = self.stream_loaders.split_loader(self, "test", self.split_parts)
         if loader is None:
             raise ValueError(f"{type(self).__name__} has no test pairs: pass test_files=.")
@@ -315,6 +419,8 @@ class ImageTextDataModule(BaseDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         """A loader over the test pairs, else the validation pairs."""
+        if self.conversations is not None:
+            return BaseDataModule.predict_dataloader(self)
         return self.stream_loaders.predict_loader(self, self.split_parts)
 
     def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
@@ -337,10 +443,16 @@ class ImageTextDataModule(BaseDataModule):
     def describe_data(self) -> list[str]:
         """Per split: shards and pairs (for ``python -m datamodules inspect``)."""
         self.setup()
+        if self.conversations is not None:
+            return self.stream_splits.describe("records") + self.conversations.lines()
         return self.stream_splits.describe("pairs")
 
     def summary(self) -> str:
-        """Shards, pairs and batches per split, loader settings with reasons, bad pairs."""
+        """Shards, pairs and batches per split, loader settings with reasons, bad pairs
+        (conversations: records, tokens and images per split, and packing's two
+        efficiencies)."""
+        if self.conversations is not None:
+            return BaseDataModule.summary(self)
         lines = [type(self).__name__]
         world = self._rank_world()[1]
         if not self.shards:
@@ -373,6 +485,15 @@ class ImageTextDataModule(BaseDataModule):
         )
         lines.extend(unsaved_lines(self))
         return "\n".join(lines)
+
+    def extra_summary(self) -> list[str]:
+        """Conversations: the records, their store and plans, bad records and the images."""
+        assert self.conversations is not None
+        lines = self.conversations.lines()
+        lines.append(f"  bad records: on_error={self.on_error!r}; {self.skipped.summary()}")
+        return lines + self.image_records.lines(
+            self.image_key, self.train_transforms, self.eval_transforms, "conversations"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles without the Trainer (for ``spawn`` workers; the loaders drop their own)."""

@@ -48,13 +48,16 @@ def batch_to_float(batch: Any, convert: Callable[[torch.Tensor], torch.Tensor]) 
     """A batch with its uint8 images passed through ``convert`` (e.g. :func:`to_float`).
 
     ``(images, labels, ...)`` (a tuple or list whose first item is a uint8 tensor) gives a
-    tuple; a dict whose ``"image"`` is a uint8 tensor gives a dict; anything else (images
+    tuple; a dict whose ``"image"`` (or ``"pixel_values"``, a vision-language batch's images)
+    is a uint8 tensor gives a dict; anything else (images
     already float, other batches) is returned as it is.
     """
     if isinstance(batch, (tuple, list)) and batch and _is_uint8(batch[0]):
         return (convert(batch[0]), *batch[1:])
-    if isinstance(batch, dict) and _is_uint8(batch.get("image")):
-        return {**batch, "image": convert(batch["image"])}
+    if isinstance(batch, dict):
+        found = [k for k in ("image", "pixel_values") if _is_uint8(batch.get(k))]
+        if found:
+            return {**batch, **{k: convert(batch[k]) for k in found}}
     return batch
 
 

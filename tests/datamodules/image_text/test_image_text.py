@@ -299,7 +299,9 @@ def test_a_caption_key_absent_from_every_record_is_named(bad: Path, parquet: Pat
 
 
 # ---------------------------------------------------------------------- arguments
-def test_the_signature_is_the_contracts_and_conversations_are_refused(tars: Path) -> None:
+def test_the_signature_is_the_contracts_and_conversation_arguments_need_messages_key(
+    tars: Path,
+) -> None:
     names = list(inspect.signature(ImageTextDataModule).parameters)
     assert names[:27] == [
         "train_files", "val_files", "test_files", "image_key", "text_key", "messages_key",
@@ -308,9 +310,9 @@ def test_the_signature_is_the_contracts_and_conversations_are_refused(tars: Path
         "mean", "std", "shuffle_buffer", "on_error", "storage_options", "retries", "timeout",
         "cache_dir",
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="messages_key='messages'.*not supported yet"):
+    with pytest.raises(ValueError, match="messages_key='messages' needs tokenizer="):
         make(str(tars), messages_key="messages")
-    with pytest.raises(ValueError, match=r"packing=True.*conversations \(messages_key=\)"):
+    with pytest.raises(ValueError, match=r"packing=True.*apply to conversations.*messages_key="):
         make(str(tars), packing=True)
     with pytest.raises(TypeError, match="tokenizer=5 is not accepted"):
         make(str(tars), tokenizer=5)

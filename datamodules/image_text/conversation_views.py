@@ -1,0 +1,375 @@
+"""Batches of conversations about images: padded, or packed under two budgets.
+
+* :class:`ImageConversations`: the conversations of a store that a split uses, after
+  ``overlong``, with their images: ids, the loss mask and the images' bytes read in place.
+  ``overlong`` applies to a record over ``seq_length`` tokens or ``max_images`` images:
+  ``"drop"`` (counted), ``"error"`` (named), or ``"truncate"``: the record keeps its first
+  tokens up to the limits and the images whose blocks of image tokens lie whole before the cut.
+* :class:`PaddedConversationView`: ``{"input_ids", "labels", "attention_mask",
+  "pixel_values"}``, a batch of records padded to its longest.
+* :class:`BudgetBatches` and :class:`PackedConversationView`: the split's records packed once,
+  best fit over both budgets (:func:`collates.pack_budgets.budget_plan`, in an order drawn
+  from the seed), each record whole in one row; a planned batch is the unit the sampler
+  shuffles per epoch, deals to the ranks and resumes. Batches have TextDataModule's packed
+  keys plus ``pixel_values``.
+* :class:`PlannedBatchSampler`: the core sampler over planned batches (one per step), so
+  DDP-even, exact and elastic on resume as every map-style split is.
+
+``pixel_values`` are uint8 ``(N, 3, H, W)``: the batch's images in the order their placeholders
+appear, row by row, decoded and transformed as the image kinds do
+(:class:`~datamodules.imaging.scaled.ImageDecoder`,
+:class:`~datamodules.imaging.batches.ImageBatchWriter`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from collates.pack_budgets import BudgetPlan, budget_plan
+from collates.pack_rows import IGNORE_INDEX, RowTable, gather_rows
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.views import SplitView
+from datamodules.imaging.batches import ImageBatchWriter
+from datamodules.imaging.scaled import ImageDecoder
+from datamodules.imaging.transforms import as_height_width
+from datamodules.tokens.encoding import EncodedTexts, gather_padded
+from datamodules.tokens.store import StoredDocuments
+
+__all__ = [
+    "BudgetBatches",
+    "ImageConversations",
+    "PackedConversationView",
+    "PaddedConversationView",
+    "PlannedBatchSampler",
+    "image_efficiency_line",
+]
+
+
+class ImageConversations:
+    """A store's conversations with their images, after ``overlong`` (see the module docstring).
+
+    Args:
+        store: The mapped store (tokens, mask, and the image files beside them).
+        image_token_id: The id at image positions.
+        image_tokens: Positions per image.
+        seq_length: Tokens a record may have (None: no limit).
+        max_images: Images a record may have (None: no limit).
+        overlong: ``"drop"``, ``"truncate"`` or ``"error"``.
+
+    Raises:
+        ValueError: Under ``overlong="error"``, the first record over a limit, named.
+    """
+
+    def __init__(
+        self,
+        store: StoredDocuments,
+        image_token_id: int,
+        image_tokens: int,
+        seq_length: int | None,
+        max_images: int | None,
+        overlong: str,
+    ) -> None:
+        self.store, self.path = store, store.path
+        self.image_tokens = image_tokens
+        self.tokens_np = store.encoded.tokens_np
+        assert store.trained is not None
+        self.trained_np = store.trained
+        record_images = np.load(os.path.join(store.path, "record_images.npy"), mmap_mode="r")
+        self.image_offsets = np.load(os.path.join(store.path, "image_offsets.npy"), mmap_mode="r")
+        size = int(self.image_offsets[-1])
+        blob = os.path.join(store.path, "images.bin")
+        self.blob = np.memmap(blob, np.uint8, "r") if size else np.zeros(0, np.uint8)
+        lengths = store.encoded.lengths_np.astype(np.int64)
+        starts = store.encoded.offsets_np[:-1].astype(np.int64)
+        images = np.diff(record_images).astype(np.int64)
+        self.first_image = np.asarray(record_images[:-1], dtype=np.int64)
+        over = np.zeros(len(lengths), bool)
+        if seq_length is not None:
+            over |= lengths > seq_length
+        if max_images is not None:
+            over |= images > max_images
+        where = np.flatnonzero(over)
+        #: Records over a limit (dropped, or cut, as ``overlong`` says).
+        self.overlong = len(where)
+        self.cut_tokens = self.cut_images = 0
+        if len(where) and overlong == "error":
+            i = int(where[0])
+            raise ValueError(
+                f"{store.where(i)}: the record has {int(lengths[i])} tokens and {int(images[i])} "
+                f"image(s), over seq_length={seq_length} or max_images={max_images}, and "
+                f"overlong='error' ({len(where)} such records): raise the limits, or use "
+                "overlong='drop' or 'truncate'."
+            )
+        keep = np.ones(len(lengths), bool)
+        if overlong == "drop":
+            keep &= ~over
+        else:
+            for i in where.tolist():
+                n, k = self._cut(int(starts[i]), int(lengths[i]), seq_length, max_images)
+                self.cut_tokens += int(lengths[i]) - n
+                self.cut_images += int(images[i]) - k
+                lengths[i], images[i] = n, k
+                keep[i] = n > 0
+        self.keep = np.flatnonzero(keep)
+        self.lengths, self.images = lengths[self.keep], images[self.keep]
+        self.starts = starts[self.keep]
+        offsets = np.append(self.starts, store.num_tokens).astype(np.int64)
+        self.encoded = EncodedTexts(self.tokens_np, self.lengths, None, offsets=offsets)
+        self.trained = EncodedTexts(self.trained_np, self.lengths, None, offsets=offsets)
+        self.image_token_id = image_token_id
+
+    def _cut(
+        self, start: int, n: int, seq_length: int | None, max_images: int | None
+    ) -> tuple[int, int]:
+        """``(tokens, images)`` a record keeps under ``overlong="truncate"``."""
+        ids = self.tokens_np[start : start + n]
+        blocks = np.flatnonzero(ids == self.image_token_id)[:: self.image_tokens]
+        cut = n if seq_length is None else min(n, seq_length)
+        if max_images is not None and len(blocks) > max_images:
+            cut = min(cut, int(blocks[max_images]))
+        inside = blocks[(blocks < cut) & (blocks + self.image_tokens > cut)]
+        if len(inside):
+            cut = int(inside[0])
+        return cut, int((blocks + self.image_tokens <= cut).sum())
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def where(self, index: int) -> str:
+        """Names a record: its shard and record number (or row)."""
+        return self.store.where(int(self.keep[index]))
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of the records kept (image positions included), after any cut."""
+        return int(self.lengths.sum())
+
+    @property
+    def num_images(self) -> int:
+        """Images of the records kept."""
+        return int(self.images.sum())
+
+    def image_bytes(self, index: int) -> list[memoryview]:
+        """The encoded images of record ``index``, in placeholder order."""
+        first = int(self.first_image[self.keep[index]])
+        bounds = self.image_offsets[first : first + int(self.images[index]) + 1].tolist()
+        return [memoryview(self.blob[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+    def fingerprint(self) -> str:
+        """A digest of the records' token and image counts (what a pack plan depends on)."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.lengths).tobytes())
+        digest.update(np.ascontiguousarray(self.images).tobytes())
+        return digest.hexdigest()[:16]
+
+
+class _Pixels:
+    """The images of a batch, decoded and transformed into one uint8 batch (in a worker)."""
+
+    def __init__(self, transform: Any, decode: str, image_size: Any) -> None:
+        self.transform, self.decode = transform, decode
+        self.size = as_height_width(image_size)
+        self._decoder: ImageDecoder | None = None
+
+    def __call__(self, docs: ImageConversations, records: Sequence[int]) -> torch.Tensor:
+        if self._decoder is None:
+            self._decoder = ImageDecoder(self.transform, self.decode)
+        images = [(r, data) for r in records for data in docs.image_bytes(r)]
+        if not images:
+            return torch.zeros((0, 3, *self.size), dtype=torch.uint8)
+        writer = ImageBatchWriter(len(images), self.transform)
+        for record, data in images:
+            image, own = self._decoder.bytes(data, docs.where(record))
+            writer.add(image, own)
+        return writer.batch()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_decoder": None}
+
+
+class PaddedConversationView(SplitView):
+    """Padded batches of records with their labels and images (see the module docstring).
+
+    Args:
+        docs: The split's records.
+        indices: Positions of the split's records in ``docs``.
+        transform: The split's image transform (uint8 ``(3, H, W)``).
+        pad_id: Id written at padding.
+        decode: ``"scaled"`` or ``"full"``.
+        image_size: What the transform produces (for a batch without images).
+    """
+
+    def __init__(
+        self, docs: ImageConversations, indices: torch.Tensor, transform: Any, pad_id: int,
+        decode: str, image_size: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(indices, None)
+        self.docs, self.pad_id = docs, pad_id
+        self.pixels = _Pixels(transform, decode, image_size)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Tokens per record of this split, in split order."""
+        return torch.from_numpy(self.docs.lengths[self.indices.numpy()])
+
+    def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        rows = self.rows(batch)
+        ids, mask, _ = gather_padded(self.docs.encoded, rows, self.pad_id, "right")
+        flags, _, _ = gather_padded(self.docs.trained, rows, 0, "right")
+        return {
+            "input_ids": ids,
+            "labels": ids.masked_fill(flags == 0, IGNORE_INDEX),
+            "attention_mask": mask,
+            "pixel_values": self.pixels(self.docs, rows.tolist()),
+        }
+
+
+class BudgetBatches:
+    """A split's records packed once under both budgets (see the module docstring).
+
+    Args:
+        docs: The split's records.
+        indices: Positions of the split's records in ``docs``.
+        seq_length: Tokens per row.
+        batch_size: Rows per batch, at most.
+        max_images: Images per batch, at most (None: no image budget).
+        shuffle: Pack the records in an order drawn from ``seed`` (else in split order).
+        seed: The seed of that order and of the plan.
+    """
+
+    def __init__(
+        self, docs: ImageConversations, indices: torch.Tensor, seq_length: int,
+        batch_size: int, max_images: int | None, shuffle: bool, seed: int,
+    ) -> None:  # fmt: skip
+        positions = indices.numpy().astype(np.int64)
+        if shuffle:
+            positions = positions[np.random.default_rng(seed).permutation(len(positions))]
+        #: The records in the order they were planned (the plan's ``doc`` indexes this).
+        self.order = positions
+        images = docs.images[positions]
+        budget = int(max_images) if max_images is not None else max(int(images.sum()), 1)
+        self.plan: BudgetPlan = budget_plan(
+            docs.lengths[positions], images, seq_length=seq_length, batch_size=batch_size,
+            max_images=budget, seed=seed,
+        )  # fmt: skip
+        self.seq_length, self.max_images = seq_length, max_images
+        self.table = RowTable.from_plan(self.plan.rows, docs.starts[positions], seq_length)
+        self.fingerprint = (
+            f"{docs.fingerprint()}-{seq_length}-{batch_size}-{max_images}-{shuffle}-{seed}"
+        )
+
+    @property
+    def num_batches(self) -> int:
+        """Planned batches of the split."""
+        return self.plan.num_batches
+
+    def rows(self, batch: int) -> list[int]:
+        """The plan rows of batch ``batch``."""
+        ptr = self.plan.batch_ptr
+        return list(range(int(ptr[batch]), int(ptr[batch + 1])))
+
+    def records(self, rows: list[int]) -> list[int]:
+        """The records of ``rows``, row by row, in their order in each row."""
+        row_ptr, doc = self.plan.rows.row_ptr, self.plan.rows.doc
+        return [int(self.order[d]) for r in rows for d in doc[row_ptr[r] : row_ptr[r + 1]]]
+
+    def efficiencies(self) -> tuple[float, float]:
+        """``(token efficiency, image efficiency)`` of the plan: tokens per row slot, and
+        images per batch against ``max_images`` (1.0 without an image budget)."""
+        images = 1.0 if self.max_images is None else float(self.plan.image_efficiency)
+        return float(self.plan.token_efficiency), images
+
+
+class PackedConversationView(SplitView):
+    """Packed batches: one planned batch per index (see the module docstring).
+
+    Args:
+        docs: The split's records.
+        batches: The split's plan.
+        transform: The split's image transform.
+        pad_id: Id written at padding.
+        decode: ``"scaled"`` or ``"full"``.
+        image_size: What the transform produces.
+    """
+
+    def __init__(
+        self, docs: ImageConversations, batches: BudgetBatches, transform: Any, pad_id: int,
+        decode: str, image_size: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(torch.arange(batches.num_batches, dtype=torch.int64), None)
+        self.docs, self.batches, self.pad_id = docs, batches, pad_id
+        self.pixels = _Pixels(transform, decode, image_size)
+
+    def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
+        if batch.numel() != 1:
+            raise ValueError(f"a packed conversation batch is one planned batch, got {batch}.")
+        rows = self.batches.rows(int(batch))
+        table = self.batches.table
+        out = gather_rows(self.docs.tokens_np, table, rows, self.pad_id)
+        flags = gather_rows(self.docs.trained_np, table, rows, 0)["input_ids"]
+        out["labels"].masked_fill_(flags == 0, IGNORE_INDEX)
+        out["pixel_values"] = self.pixels(self.docs, self.batches.records(rows))
+        return out
+
+
+class PlannedBatchSampler(IndexBatchSampler):
+    """The core sampler over a split's planned batches, one per step (see the module docstring).
+
+    Args:
+        batches: The split's plan.
+        shuffle: Shuffle the planned batches per epoch (from ``seed + epoch``).
+        drop_last: Drop a rank's last batch where the ranks' shares differ.
+        seed: Base seed.
+        num_replicas: World size.
+        rank: Global rank.
+    """
+
+    unit = "planned batch"
+    resumes_packed_rows = True
+
+    def __init__(
+        self, batches: BudgetBatches, *, shuffle: bool, drop_last: bool, seed: int,
+        num_replicas: int, rank: int,
+    ) -> None:  # fmt: skip
+        self.plan_fingerprint = batches.fingerprint
+        super().__init__(
+            batches.num_batches, 1, shuffle=shuffle, drop_last=drop_last, seed=seed,
+            num_replicas=num_replicas, rank=rank,
+        )  # fmt: skip
+
+    def state_dict(self, consumed_batches: int | None = None) -> dict[str, Any]:
+        """The core sampler's position plus what decides the plan."""
+        return {**super().state_dict(consumed_batches), "packing": self.plan_fingerprint}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a position saved by :meth:`state_dict`.
+
+        Raises:
+            ValueError: The checkpoint's plan differs (other records, ``seq_length``,
+                ``batch_size``, ``max_images`` or seed), or it was saved without packing.
+        """
+        saved = state.get("packing")
+        if saved != self.plan_fingerprint:
+            raise ValueError(
+                "cannot resume the packed conversations exactly: the checkpoint's plan "
+                f"({saved!r}) differs from this run's ({self.plan_fingerprint!r}); keep the "
+                "records, seq_length, batch_size, max_images and shuffle_seed as they were."
+            )
+        super().load_state_dict(state)
+
+
+def image_efficiency_line(batches: BudgetBatches, split: str) -> str:
+    """One summary line of a split's plan: batches, rows, and both efficiencies."""
+    tokens, images = batches.efficiencies()
+    plan = batches.plan
+    budget = "no image budget" if batches.max_images is None else f"max_images={batches.max_images}"
+    return (
+        f"  {split} packed: {plan.num_batches:,} batches of {plan.rows.num_rows:,} rows of "
+        f"{batches.seq_length}, {plan.num_images:,} images ({budget}); token efficiency "
+        f"{tokens:.4f}, image efficiency {images:.4f}; {len(plan.over)} record(s) over a budget"
+    )
