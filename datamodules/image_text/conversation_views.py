@@ -76,7 +76,7 @@ class ImageConversations:
         overlong: str,
     ) -> None:
         self.store, self.path = store, store.path
-        self.image_tokens = image_tokens
+        self.image_token_id, self.image_tokens = image_token_id, image_tokens
         self.tokens_np = store.encoded.tokens_np
         assert store.trained is not None
         self.trained_np = store.trained
@@ -122,7 +122,6 @@ class ImageConversations:
         offsets = np.append(self.starts, store.num_tokens).astype(np.int64)
         self.encoded = EncodedTexts(self.tokens_np, self.lengths, None, offsets=offsets)
         self.trained = EncodedTexts(self.trained_np, self.lengths, None, offsets=offsets)
-        self.image_token_id = image_token_id
 
     def _cut(
         self, start: int, n: int, seq_length: int | None, max_images: int | None

@@ -264,10 +264,12 @@ class StoredDocuments:
         return int(self.meta["max_id"])
 
     def where(self, index: int) -> str:
-        """Names a document: ``"file, line N"`` (``row N`` for Parquet, Arrow and Datasets)."""
+        """Names a document: ``"file, line N"`` (``row N`` for Parquet, Arrow and Datasets,
+        ``record N`` for tar shards)."""
         name = self.names[int(self._files[index])]
-        tables = (".parquet", ".arrow")
+        tables, tars = (".parquet", ".arrow"), (".tar", ".tar.gz", ".tgz", ".tar.zst")
         unit = "row" if name.lower().endswith(tables) or name.startswith("<") else "line"
+        unit = "record" if name.lower().endswith(tars) else unit
         return f"{name}, {unit} {int(self._lines[index])}"
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -1,0 +1,319 @@
+"""ImageTextDataModule's conversations about images (``messages_key=``): the expansion against
+transformers' LlavaProcessor, images in placeholder order, masks, packing under both budgets,
+placeholder mismatches, overlong records, DDP and resume."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules import ImageTextDataModule
+from datamodules.conversations import ConversationError
+from tests.datamodules.contract import ContractCase, assert_resume_mid_epoch_is_exact, run_ddp
+from tests.datamodules.image_text.vlm_data import (
+    png,
+    record,
+    vlm_tokenizer,
+    write_conversation_tars,
+)
+
+transformers = pytest.importorskip("transformers")
+
+RECORDS = 36
+IMAGE_TOKENS = 4
+KEYS = "0.png;1.png;2.png"
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    return vlm_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("vlm")
+    write_conversation_tars(root / "train", range(RECORDS), shards=3)
+    write_conversation_tars(root / "val", range(100, 106), shards=1, prefix="val")
+    return root
+
+
+def make(root: Path | str, tok: Any, **kwargs: Any) -> ImageTextDataModule:
+    options: dict[str, Any] = {
+        "messages_key": "json", "image_key": KEYS, "tokenizer": tok, "image_tokens": IMAGE_TOKENS,
+        "image_size": 8, "batch_size": 3, "num_workers": 0, "normalize": False,
+        "token_cache": Path(root) / "cache",
+    }  # fmt: skip
+    options.update(kwargs)
+    return ImageTextDataModule(f"{root}/train/*.tar", **options)
+
+
+def codes(pixels: torch.Tensor) -> list[tuple[int, int]]:
+    """``(record, k)`` of each image (uint8, or float in [0, 1] after the device step)."""
+    values = pixels.float() * (255.0 if pixels.is_floating_point() else 1.0)
+    means = values.mean(dim=(2, 3)).round().long().tolist()
+    return [(r + 256 * g, b) for r, g, b in means]
+
+
+def record_ids(batch: dict[str, Any]) -> list[int]:
+    """The records of a batch in order: those of its images numbered 0."""
+    return [r for r, k in codes(batch["pixel_values"]) if k == 0]
+
+
+def images_of(i: int) -> int:
+    return 1 + i % 3
+
+
+def in_order(rows: list[int]) -> list[tuple[int, int]]:
+    """The codes of the images of records ``rows``, record by record, in placeholder order."""
+    return [(i, k) for i in rows for k in range(images_of(i))]
+
+
+# ---------------------------------------------------------------------- the expansion
+@pytest.mark.parametrize("n", [1, 2])
+def test_input_ids_are_the_llava_processors_for_the_same_conversation(
+    tmp_path: Path, tok: Any, n: int
+) -> None:
+    write_conversation_tars(tmp_path / "train", range(4), shards=1, images_of=lambda i: n)
+    dm = make(tmp_path, tok, batch_size=1, shuffle=False)
+    batches = list(dm.train_dataloader())
+    patch, crop = 4, 8  # (8 / 4)^2 = 4 image tokens per image, LLaVA's "default" strategy
+    processor = transformers.LlavaProcessor(
+        image_processor=transformers.CLIPImageProcessor(
+            size={"shortest_edge": crop}, crop_size={"height": crop, "width": crop}
+        ),
+        tokenizer=tok, patch_size=patch, vision_feature_select_strategy="default",
+        num_additional_image_tokens=1, chat_template=tok.chat_template,
+    )  # fmt: skip
+    for i, batch in enumerate(batches):
+        text = tok.apply_chat_template(record(i, n)["messages"], tokenize=False)
+        images = [np.zeros((8, 8, 3), np.uint8)] * n
+        theirs = processor(images=images, text=text, return_tensors="np")["input_ids"][0]
+        assert batch["input_ids"][0].tolist() == theirs.tolist()
+        assert int((batch["input_ids"] == dm.image_token_id).sum()) == n * IMAGE_TOKENS
+        assert codes(batch["pixel_values"]) == [(i, k) for k in range(n)]
+
+
+def test_labels_are_the_assistant_tokens_and_never_an_image_position(
+    shards: Path, tok: Any
+) -> None:
+    dm = make(shards, tok, shuffle=False)
+    for batch in dm.train_dataloader():
+        ids, labels = batch["input_ids"], batch["labels"]
+        assert not (labels[ids == dm.image_token_id] != -100).any()
+        for row, i in enumerate(record_ids(batch)):
+            trained = ids[row][labels[row] != -100].tolist()
+            answer = record(i, images_of(i))["messages"][1]["content"]
+            assert tok.decode(trained) == answer + "<|im_end|>\n"  # the turn's text, as chat
+            assert (labels[row][batch["attention_mask"][row] == 0] == -100).all()  # padding
+
+
+# ---------------------------------------------------------------------- image order
+def test_pixel_values_are_the_images_in_placeholder_order_row_by_row(
+    shards: Path, tok: Any
+) -> None:
+    dm = make(shards, tok, val_files=f"{shards}/val/*.tar")
+    dm.setup()
+    for loader, expected in ((dm.val_dataloader(), range(100, 106)),
+                             (dm.train_dataloader(), range(RECORDS))):  # fmt: skip
+        seen = []
+        for batch in loader:
+            rows = record_ids(batch)
+            assert codes(batch["pixel_values"]) == [
+                (i, k) for i in rows for k in range(images_of(i))
+            ]
+            per_row = (batch["input_ids"] == dm.image_token_id).sum(1) // IMAGE_TOKENS
+            assert per_row.tolist() == [images_of(i) for i in rows]
+            assert batch["pixel_values"].dtype == torch.uint8
+            assert batch["pixel_values"].shape[1:] == (3, 8, 8)
+            seen += rows
+        assert sorted(seen) == list(expected)
+
+
+def test_a_conversation_without_placeholders_gets_one_per_image_before_the_user_text(
+    tmp_path: Path, tok: Any
+) -> None:
+    write_conversation_tars(tmp_path / "train", range(6), shards=1, placeholders=False)
+    dm = make(tmp_path, tok, shuffle=False, batch_size=1)
+    for i, batch in enumerate(dm.train_dataloader()):
+        messages = record(i, images_of(i))["messages"]  # the same text with placeholders
+        assert (
+            batch["input_ids"][0].tolist()
+            == dm.conversations.renderer({"messages": messages, "images": images_of(i), "key": i})[
+                0
+            ].tolist()
+        )
+
+
+# ---------------------------------------------------------------------- packing
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packing_keeps_both_budgets_and_every_record_whole_once(
+    shards: Path, tok: Any, workers: int
+) -> None:
+    dm = make(shards, tok, packing=True, seq_length=160, max_images=5, batch_size=2,
+              num_workers=workers)  # fmt: skip
+    dm.setup()
+    epochs = []
+    loader = dm.train_dataloader()
+    for _ in range(2):
+        seen = []
+        for batch in loader:
+            assert batch["input_ids"].shape[0] <= 2 and batch["input_ids"].shape[1] == 160
+            assert len(batch["pixel_values"]) <= 5
+            assert len(batch["pixel_values"]) * IMAGE_TOKENS == int(
+                (batch["input_ids"] == dm.image_token_id).sum()
+            )
+            rows = record_ids(batch)
+            assert codes(batch["pixel_values"]) == [
+                (i, k) for i in rows for k in range(images_of(i))
+            ]
+            # A record's tokens are one piece of one row: its images' blocks are in it.
+            for row in range(batch["input_ids"].shape[0]):
+                docs = batch["document_ids"][row]
+                starts = (batch["position_ids"][row] == 0) & (docs >= 0)
+                assert int(starts.sum()) == len(set(docs[docs >= 0].tolist()))
+            seen += rows
+        epochs.append(seen)
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(RECORDS))
+    assert epochs[0] != epochs[1]  # the planned batches are shuffled per epoch
+    summary = dm.summary()
+    assert "token efficiency" in summary and "image efficiency" in summary
+    plan = dm.view("train").batches.plan
+    assert plan.num_images == sum(images_of(i) for i in range(RECORDS))
+    assert plan.batch_images().max() <= 5
+
+
+def test_records_over_a_budget_are_dropped_and_counted_or_named_or_cut(
+    shards: Path, tok: Any
+) -> None:
+    # Records with 3 images go over max_images=2.
+    dm = make(shards, tok, packing=True, seq_length=200, max_images=2, batch_size=2)
+    dm.setup()
+    seen = sorted(i for b in dm.train_dataloader() for i in record_ids(b))
+    assert seen == [i for i in range(RECORDS) if images_of(i) <= 2]
+    assert f"{RECORDS // 3} records over seq_length=200 or max_images=2 dropped" in dm.summary()
+    with pytest.raises(ValueError, match=r"train-00000\d\.tar, record \d+: the record has .* "
+                       r"3 image\(s\), over .*max_images=2, and overlong='error'"):  # fmt: skip
+        make(shards, tok, packing=True, seq_length=200, max_images=2, overlong="error").setup()
+    cut = make(shards, tok, packing=True, seq_length=200, max_images=2, overlong="truncate")
+    cut.setup()
+    kept = {}
+    for batch in cut.train_dataloader():
+        for i, k in codes(batch["pixel_values"]):
+            kept.setdefault(i, []).append(k)
+    assert sorted(kept) == list(range(RECORDS))
+    assert all(ks == list(range(min(images_of(i), 2))) for i, ks in kept.items())
+
+
+# ---------------------------------------------------------------------- bad records
+@pytest.fixture(scope="module")
+def mismatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mismatch")
+    (root / "train").mkdir()
+    with tarfile.open(root / "train" / "train-000000.tar", "w") as tar:
+        for i in range(4):
+            n = 2 if i == 2 else 1
+            members = {f"{k}.png": png(i, k) for k in range(n)}
+            members["json"] = json.dumps(record(i, 1)).encode()  # one placeholder each
+            for ext, data in members.items():
+                info = tarfile.TarInfo(f"sample{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return root
+
+
+def test_a_placeholder_count_that_differs_is_named_or_skipped_and_counted(
+    mismatched: Path, tok: Any
+) -> None:
+    with pytest.raises(
+        ConversationError,
+        match=r"train-000000\.tar, record 3: key 'sample2': 1 image placeholder\(s\) .* but 2 "
+        r"image\(s\) in the record",
+    ):
+        make(mismatched, tok).setup()
+    dm = make(mismatched, tok, on_error="skip")
+    seen = sorted(i for b in dm.train_dataloader() for i in record_ids(b))
+    assert seen == [0, 1, 3]
+    assert dm.skipped.records == 1 and "key 'sample2'" in dm.skipped.messages[0]
+
+
+def test_bad_arguments_name_what_is_accepted(shards: Path, tok: Any) -> None:
+    from tests.datamodules.chat.chat_data import chat_tokenizer
+
+    with pytest.raises(ValueError, match=r"image_token='<image>' is not one token .*add_special"):
+        make(shards, chat_tokenizer())
+    with pytest.raises(ValueError, match="packing=True needs seq_length="):
+        make(shards, tok, packing=True)
+    with pytest.raises(ValueError, match="max_images=4 is a budget of packing=True"):
+        make(shards, tok, max_images=4)
+    with pytest.raises(ValueError, match="overlong='cut' is not accepted"):
+        make(shards, tok, packing=True, seq_length=64, overlong="cut")
+    with pytest.raises(ValueError, match="max_length=128 applies to caption pairs"):
+        make(shards, tok, max_length=128)
+    with pytest.raises(TypeError, match="image_tokens"):
+        make(shards, tok, image_tokens="4")
+
+
+def test_a_second_setup_maps_the_store_and_renders_nothing(shards: Path, tok: Any) -> None:
+    first = make(shards, tok)
+    first.setup()
+    again = make(shards, tok)
+    again.setup()
+    assert again.dataset.store.path == first.dataset.store.path
+    assert not again.dataset.store.built
+    assert [record_ids(b) for b in again.train_dataloader()] == [
+        record_ids(b) for b in first.train_dataloader()
+    ]
+
+
+# ---------------------------------------------------------------------- resume and DDP
+def test_resume_mid_epoch_is_exact_through_the_trainer(
+    shards: Path, tok: Any, tmp_path: Path
+) -> None:
+    def plain_data(path: Path, epoch: int, done: int) -> None:
+        saved = torch.load(path, weights_only=True)  # no pickled objects: plain data
+        assert saved["ImageTextDataModule"]["train_sampler"]["batches_consumed"] == done
+
+    assert_resume_mid_epoch_is_exact(
+        lambda: make(shards, tok, packing=True, seq_length=160, max_images=5, batch_size=2),
+        record_ids, tmp_path, check_checkpoint=plain_data,
+    )  # fmt: skip
+
+
+def ddp_factory(root: str) -> tuple[ImageTextDataModule, Any]:
+    """Factory for tests/ddp_runner.py: the same records in every process."""
+    dm = make(root, vlm_tokenizer(), packing=True, seq_length=160, max_images=5, batch_size=2)
+    return dm, record_ids
+
+
+def test_two_ranks_are_disjoint_and_even_and_resume_mid_epoch(
+    shards: Path, tok: Any, tmp_path: Path
+) -> None:
+    make(shards, tok).setup()  # (the store is built here once; the ranks map it)
+    case = ContractCase(
+        make=lambda: make(shards, tok), batch_ids=record_ids, num_samples=RECORDS,
+        ddp_factory=f"{__name__}:ddp_factory", ddp_kwargs={"root": str(shards)},
+    )  # fmt: skip
+    ckpts = tmp_path / "ckpt"
+    full = run_ddp(case, tmp_path / "full", epochs=1, extra=("--ckpt-dir", str(ckpts)))
+    batches = [r["train"][0] for r in full]
+    assert len(batches[0]) == len(batches[1]) > 2  # even
+    seen = [i for b in batches for batch in b for i in batch]
+    planned = make(shards, tok, packing=True, seq_length=160, max_images=5, batch_size=2)
+    planned.setup()
+    repeated = 2 * len(batches[0]) - planned.view("train").batches.num_batches
+    assert repeated in (0, 1)  # an odd count of planned batches repeats one to stay even
+    if not repeated:
+        assert sorted(seen) == list(range(RECORDS))  # disjoint and complete
+    else:
+        assert set(seen) == set(range(RECORDS))
+    resumed = run_ddp(case, tmp_path / "resumed", epochs=1,
+                      extra=("--resume", str(ckpts / "epoch=0-step=2.ckpt")))  # fmt: skip
+    for before, after in zip(full, resumed, strict=True):
+        assert after["train"][0] == before["train"][0][2:]
