@@ -29,6 +29,11 @@ from datamodules.core.checks import check_int
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
+from datamodules.image_text.conversation_mixtures import (
+    ConversationBlend,
+    MixedConversationView,
+    refuse_changed_mix,
+)
 from datamodules.image_text.conversation_records import (
     ConversationReader,
     ImageConversationRenderer,
@@ -43,6 +48,7 @@ from datamodules.image_text.conversation_views import (
     image_efficiency_line,
 )
 from datamodules.remote.listing import cache_root
+from datamodules.tokens.mixture import MixedSampler
 from datamodules.tokens.store import store_key
 
 __all__ = ["STORE_VERSION", "ConversationParts", "image_token_ids"]
@@ -126,8 +132,25 @@ class ConversationParts:
         return self.placeholder_id
 
     # ------------------------------------------------------------------ records
+    def records(self, splits: Any, split: str) -> ImageConversations | ConversationBlend | None:
+        """A split's records from the stream's indexed shards (``splits``: the
+        :class:`~datamodules.stream_parts.splits.ShardSplits`): one store, or a blend of one
+        per :class:`~datamodules.Source`; None when the split has no records."""
+        shards = splits.shards.get(split)
+        if not shards or not sum(shards.counts):
+            return None
+        mixes = [m for m in splits.mixes.get(split, []) if not m.hidden]
+        if not mixes:
+            return self.documents(split, shards)
+        parts = [
+            self.documents(f"{split} ({m.source.label})", [shards[k] for k in m.shards])
+            for m in mixes
+        ]
+        return ConversationBlend(parts, [m.source.label for m in mixes], [m.source for m in mixes])
+
     def documents(self, split: str, shards: Any) -> ImageConversations:
-        """A split's records after ``overlong``, rendered into their store first when missing."""
+        """Records after ``overlong`` (of a split, or of one source of it: ``split`` names
+        it), rendered into their store first when missing."""
         if split in self._docs:
             return self._docs[split]
         material = {
@@ -174,7 +197,10 @@ class ConversationParts:
     def view(
         self, dm: Any, split: str, docs: ImageConversations, indices: torch.Tensor
     ) -> PaddedConversationView | PackedConversationView:
-        """The split's batch view: padded records, or its planned packed batches."""
+        """The split's batch view: padded records, or its planned packed batches; a blend's
+        batches of one source each, as the mix draws them."""
+        if isinstance(docs, ConversationBlend):
+            return MixedConversationView(dm, docs, self, split)
         transform = dm.transform_for(split)
         if not self.packing:
             return PaddedConversationView(
@@ -193,6 +219,14 @@ class ConversationParts:
     def sampler(self, dm: Any, split: str, view: Any, rank: int, world: int) -> Any:
         """The split's sampler: records in batches of ``batch_size``, or planned batches."""
         train = split == "train"
+        if isinstance(view, MixedConversationView):
+            sampler = MixedSampler(
+                view.mixture, 1, shuffle=dm.shuffle and train, drop_last=dm.drop_last and train,
+                seed=dm.shuffle_seed, num_replicas=world, rank=rank,
+            )  # fmt: skip
+            sampler.unit = "batch"
+            sampler.resume = refuse_changed_mix
+            return sampler
         if isinstance(view, PackedConversationView):
             return PlannedBatchSampler(
                 view.batches, shuffle=dm.shuffle and train, drop_last=dm.drop_last and train,

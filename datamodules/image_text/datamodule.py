@@ -42,7 +42,6 @@ from datamodules.image_text.arguments import (
     check_conversation_arguments,
 )
 from datamodules.image_text.captions import CaptionFields
-from datamodules.image_text.conversation_views import ImageConversations
 from datamodules.image_text.conversations import ConversationParts
 from datamodules.stream_engine.stream import ShardedStream
 from datamodules.stream_parts.arguments import (
@@ -275,12 +274,10 @@ class ImageTextDataModule(BaseDataModule):
     def _ranks(self) -> tuple[int, int]:
         return store_ranks(self._trainer())
 
-    def _conversation_split(self, split: str) -> ImageConversations | None:
-        shards = self.stream_splits.shards.get(split)
-        has = shards and sum(shards.counts) and self.conversations is not None
-        return self.conversations.documents(split, shards) if has else None  # type: ignore
+    def _conversation_split(self, split: str) -> Any:
+        return self.conversations.records(self.stream_splits, split)  # type: ignore[union-attr]
 
-    def build_dataset(self) -> ImageConversations | None:
+    def build_dataset(self) -> Any:
         """Conversations: the train records, rendered into their store (or mapped)."""
         self.stream_splits.setup(None)  # (refuses train shards without records)
         return self._conversation_split("train")
@@ -288,17 +285,15 @@ class ImageTextDataModule(BaseDataModule):
     def split_sources(self) -> dict[str, Any]:
         """Conversations: the records of ``val_files`` and ``test_files``."""
         found = {s: self._conversation_split(s) for s in ("val", "test")}
-        return {s: docs for s, docs in found.items() if docs is not None}
+        return {s: d for s, d in found.items() if d is not None}
 
     def make_view(self, split: str, dataset: Any, indices: Any) -> Any:
         """Conversations: padded records, or the split's planned packed batches."""
-        assert self.conversations is not None
-        return self.conversations.view(self, split, dataset, indices)
+        return self.conversations.view(self, split, dataset, indices)  # type: ignore[union-attr]
 
     def make_sampler(self, split: str, view: Any, rank: int, world: int) -> Any:
         """Conversations: batches of records, or planned batches, one a step."""
-        assert self.conversations is not None
-        return self.conversations.sampler(self, split, view, rank, world)
+        return self.conversations.sampler(self, split, view, rank, world)  # type: ignore
 
     @property
     def image_token_id(self) -> int:
@@ -343,19 +338,22 @@ class ImageTextDataModule(BaseDataModule):
                         f"{self.text_key!r}); its columns are {list(columns)}."
                     )
 
-    @property
-    def shards(self) -> dict[str, Any]:
-        """Shard indexes per split, once indexed (``setup``)."""
-        return self.stream_splits.shards
+    shards = property(lambda self: self.stream_splits.shards, doc="Shards per split (setup).")
 
     def mixture(self, split: str) -> Mixture | None:
-        """A split's mix (:meth:`~datamodules.stream_parts.splits.ShardSplits.mixture`)."""
+        """A split's mix (:meth:`~datamodules.stream_parts.splits.ShardSplits.mixture`;
+        conversations: of its batches)."""
+        if self.conversations is not None:
+            return getattr(self.view(split), "mixture", None) if self.split_size(split) else None
         return self.stream_splits.mixture(split)
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
-        """The pairs each source gives in ``epoch``
+        """The pairs (conversations: batches) each source gives in ``epoch``
         (:meth:`~datamodules.stream_parts.splits.ShardSplits.quotas`)."""
-        return self.stream_splits.quotas(epoch, split)
+        mixture = self.mixture(split) if self.conversations is not None else None
+        return (
+            self.stream_splits.quotas(epoch, split) if mixture is None else mixture.by_name(epoch)
+        )
 
     def split_size(self, split: str) -> int:
         """Pairs per epoch in ``"train"``, ``"val"`` or ``"test"`` (0 when not given;

@@ -49,6 +49,7 @@ __all__ = [
     "MultiBuffer",
     "blend_parts",
     "interrupted",
+    "mixed_units",
 ]
 
 #: Unit ids carry their epoch in the high bits.
@@ -223,7 +224,7 @@ class BlendUnits:
         return out
 
 
-def _mixed_units(
+def mixed_units(
     units: list[BlendUnits], mixture: Mixture, epoch: int
 ) -> list[tuple[int, int, np.ndarray]]:
     """The epoch's units as ``(source, pass, units)`` pieces, source after source."""
@@ -320,7 +321,7 @@ class MixedPackedView(_MixedView):
     def _build(self, epoch: int) -> tuple[RowTable, list[tuple[int, int, int]]]:
         width = self.units[0].planner.seq_length  # type: ignore[union-attr]
         docs_out, starts, lengths, counts, sources = [], [], [], [], []
-        for s, p, rows in _mixed_units(self.units, self.mixture, epoch):
+        for s, p, rows in mixed_units(self.units, self.mixture, epoch):
             plan = self.units[s].planner.plan(p)  # type: ignore[union-attr]
             first = plan.row_ptr[rows]
             n = plan.row_ptr[rows + 1] - first
@@ -369,7 +370,7 @@ class MixedDocView(_MixedView):
         self, epoch: int
     ) -> tuple[_EpochDocs, list[tuple[int, int, int]], np.ndarray | None]:
         lengths, offsets, sources, labels = [], [], [], []
-        for s, _, units in _mixed_units(self.units, self.mixture, epoch):
+        for s, _, units in mixed_units(self.units, self.mixture, epoch):
             local = self.docs[s][units]
             lengths.append(self.encoded[s].lengths_np[local])
             offsets.append(self.doc_offsets[units + self.doc_bases[s]])  # in its own buffer

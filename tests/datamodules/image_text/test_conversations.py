@@ -44,14 +44,14 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def make(root: Path | str, tok: Any, **kwargs: Any) -> ImageTextDataModule:
+def make(root: Path | str, tok: Any, files: Any = None, **kwargs: Any) -> ImageTextDataModule:
     options: dict[str, Any] = {
         "messages_key": "json", "image_key": KEYS, "tokenizer": tok, "image_tokens": IMAGE_TOKENS,
         "image_size": 8, "batch_size": 3, "num_workers": 0, "normalize": False,
         "token_cache": Path(root) / "cache",
     }  # fmt: skip
     options.update(kwargs)
-    return ImageTextDataModule(f"{root}/train/*.tar", **options)
+    return ImageTextDataModule(files or f"{root}/train/*.tar", **options)
 
 
 def codes(pixels: torch.Tensor) -> list[tuple[int, int]]:
@@ -317,3 +317,80 @@ def test_two_ranks_are_disjoint_and_even_and_resume_mid_epoch(
                       extra=("--resume", str(ckpts / "epoch=0-step=2.ckpt")))  # fmt: skip
     for before, after in zip(full, resumed, strict=True):
         assert after["train"][0] == before["train"][0][2:]
+
+
+# ---------------------------------------------------------------------- inputs and mixtures
+def test_parquet_rows_with_a_list_of_images_and_a_messages_column(tmp_path: Path, tok: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = range(10)
+    table = pa.table({
+        "images": [[{"bytes": png(i, k), "path": None} for k in range(images_of(i))] for i in rows],
+        "messages": [record(i, images_of(i))["messages"] for i in rows],
+    })  # fmt: skip
+    (tmp_path / "train").mkdir()
+    pq.write_table(table, tmp_path / "train" / "part-0.parquet", row_group_size=4)
+    dm = make(tmp_path, tok, f"{tmp_path}/train/*.parquet", image_key="images",
+              messages_key="messages", shuffle=False)  # fmt: skip
+    seen = []
+    for batch in dm.train_dataloader():
+        rows_seen = record_ids(batch)
+        assert codes(batch["pixel_values"]) == in_order(rows_seen)
+        seen += rows_seen
+    assert seen == list(rows)
+
+
+def mixed_sources(root: Path) -> list[Any]:
+    from datamodules import Source
+
+    write_conversation_tars(root / "captions", range(200, 212), shards=1, prefix="cap",
+                            images_of=lambda i: 1)  # fmt: skip
+    write_conversation_tars(root / "vqa", range(300, 306), shards=1, prefix="vqa",
+                            images_of=lambda i: 2)  # fmt: skip
+    return [
+        Source(f"{root}/captions/*.tar", weight=[[0, 3.0], [1, 1.0]], name="captions"),
+        Source(f"{root}/vqa/*.tar", weight=1.0, name="vqa"),
+    ]
+
+
+def test_a_mix_of_sources_follows_its_schedule_in_batches_of_one_source(
+    tmp_path: Path, tok: Any
+) -> None:
+    sources = mixed_sources(tmp_path)
+    dm = make(tmp_path, tok, sources, batch_size=2)
+    dm.setup()
+    loader = dm.train_dataloader()
+    # 6 batches of captions and 3 of vqa per pass; weights 3:1, then 1:1, over 9 batches.
+    assert dm.quotas(0) == {"captions": 7, "vqa": 2}
+    assert dm.quotas(1) == {"captions": 5, "vqa": 4}  # a tie goes to the first source
+    records: dict[int, list[int]] = {}
+    for epoch in range(2):
+        counts = {"captions": 0, "vqa": 0}
+        for batch in loader:
+            rows = record_ids(batch)
+            kind = {r // 100 for r in rows}
+            assert len(kind) == 1  # a batch holds one source's records
+            counts["captions" if kind == {2} else "vqa"] += 1
+            records.setdefault(epoch, []).extend(rows)
+            assert codes(batch["pixel_values"]) == [
+                (i, k) for i in rows for k in range(i // 100 - 1)
+            ]
+        assert counts == dm.quotas(epoch)
+    # Epoch 0: the captions' whole pass (12 records) and one batch of the next; 2 of 3 vqa
+    # batches, no record twice; epoch 1 goes on with each source's run.
+    first = records[0]
+    assert set(range(200, 212)) <= set(first) and len([r for r in first if r < 300]) == 14
+    vqa = [r for r in first if r >= 300]
+    assert len(vqa) == len(set(vqa)) == 4
+    both = [r for e in (0, 1) for r in records[e] if r >= 300]
+    assert sorted(both[:6]) == list(range(300, 306))  # vqa's first pass complete, in epoch 1
+
+
+def test_a_mix_resumes_mid_epoch_exactly(tmp_path: Path, tok: Any) -> None:
+    sources = mixed_sources(tmp_path / "data")
+    assert_resume_mid_epoch_is_exact(
+        lambda: make(tmp_path, tok, sources, packing=True, seq_length=160, max_images=4,
+                     batch_size=2),
+        record_ids, tmp_path / "ckpt",
+    )  # fmt: skip
