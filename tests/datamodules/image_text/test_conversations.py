@@ -317,6 +317,21 @@ def test_two_ranks_are_disjoint_and_even_and_resume_mid_epoch(
                       extra=("--resume", str(ckpts / "epoch=0-step=2.ckpt")))  # fmt: skip
     for before, after in zip(full, resumed, strict=True):
         assert after["train"][0] == before["train"][0][2:]
+    # Elastic: the same checkpoint on one process gives the rest of both ranks' batches.
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    alone = RecordingModel(record_ids)
+    quiet_trainer(max_epochs=1).fit(
+        alone, datamodule=ddp_factory(str(shards))[0], ckpt_path=ckpts / "epoch=0-step=2.ckpt"
+    )
+    (rest,) = alone.train_epochs()
+    total = planned.view("train").batches.num_batches
+    assert len(rest) == total - 4  # the planned batches not consumed, none repeated now
+    ahead = [b for r in full for b in r["train"][0][2:]]
+    assert all(b in ahead for b in rest)
+    done = [i for r in full for b in r["train"][0][:2] for i in b]
+    assert sorted(done + [i for b in rest for i in b]) == list(range(RECORDS))
 
 
 # ---------------------------------------------------------------------- inputs and mixtures
@@ -394,3 +409,16 @@ def test_a_mix_resumes_mid_epoch_exactly(tmp_path: Path, tok: Any) -> None:
                      batch_size=2),
         record_ids, tmp_path / "ckpt",
     )  # fmt: skip
+
+
+def test_pixel_values_are_normalised_on_the_device(shards: Path, tok: Any) -> None:
+    dm = make(shards, tok, normalize=True, mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0))
+    batch = next(iter(dm.train_dataloader()))
+    moved = dm.on_after_batch_transfer(dict(batch), 0)
+    expected = batch["pixel_values"].float() / 255
+    expected = (expected - torch.tensor([0.5, 0.25, 0.0]).view(1, 3, 1, 1)) / torch.tensor(
+        [0.5, 0.25, 1.0]
+    ).view(1, 3, 1, 1)
+    assert moved["pixel_values"].dtype == torch.float32
+    assert torch.allclose(moved["pixel_values"], expected)
+    assert torch.equal(moved["input_ids"], batch["input_ids"])  # the rest as it was
