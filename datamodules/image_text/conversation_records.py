@@ -33,7 +33,6 @@ any record's images at random without reading its shard again.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -46,6 +45,7 @@ from datamodules.conversations.store_build import RecordChunk, rendered
 from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.imaging.decoding import is_image_bytes
 from datamodules.shards.records import read_records
+from datamodules.shards.tar_fields import decode_field
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
 from datamodules.tokens.store_build import Progress, write_store
 
@@ -129,9 +129,9 @@ class ConversationReader:
             keys = sorted(k for k in record if not str(k).startswith("__"))
             raise ConversationError(f"record has no {self.head!r} (it has {keys})")
         value = record[self.head]
-        if isinstance(value, (bytes, bytearray, str)):
+        if isinstance(value, (bytes, bytearray, str)):  # a member (or column) of JSON text
             try:
-                value = json.loads(value)
+                value = decode_field("json", value.encode() if isinstance(value, str) else value)
             except ValueError as error:
                 raise ConversationError(f"{self.head!r} is not JSON: {error}") from None
         for step in self.path:

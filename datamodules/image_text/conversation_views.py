@@ -257,6 +257,7 @@ class BudgetBatches:
             max_images=budget, seed=seed,
         )  # fmt: skip
         self.seq_length, self.max_images = seq_length, max_images
+        self.image_tokens = docs.image_tokens
         self.table = RowTable.from_plan(self.plan.rows, docs.starts[positions], seq_length)
         self.fingerprint = (
             f"{docs.fingerprint()}-{seq_length}-{batch_size}-{max_images}-{shuffle}-{seed}"
@@ -363,12 +364,17 @@ class PlannedBatchSampler(IndexBatchSampler):
 
 
 def image_efficiency_line(batches: BudgetBatches, split: str) -> str:
-    """One summary line of a split's plan: batches, rows, and both efficiencies."""
+    """One summary line of a split's plan: batches, rows, and both efficiencies (tokens per
+    row slot of ``batch_size`` rows a batch, per row built, and of text alone per row built)."""
     tokens, images = batches.efficiencies()
     plan = batches.plan
+    rows, width = plan.rows.num_rows, batches.seq_length
+    filled = plan.rows.num_tokens / (rows * width) if rows else 0.0
+    text = (plan.rows.num_tokens - plan.num_images * batches.image_tokens) / (rows * width or 1)
     budget = "no image budget" if batches.max_images is None else f"max_images={batches.max_images}"
     return (
-        f"  {split} packed: {plan.num_batches:,} batches of {plan.rows.num_rows:,} rows of "
-        f"{batches.seq_length}, {plan.num_images:,} images ({budget}); token efficiency "
-        f"{tokens:.4f}, image efficiency {images:.4f}; {len(plan.over)} record(s) over a budget"
+        f"  {split} packed: {plan.num_batches:,} batches, {rows:,} rows of {width} "
+        f"({rows / max(plan.num_batches, 1):.2f} a batch), {plan.num_images:,} images ({budget}); "
+        f"token efficiency {tokens:.4f} per row slot, {filled:.4f} per row ({text:.4f} text "
+        f"alone); image efficiency {images:.4f}; {len(plan.over)} record(s) over a budget"
     )

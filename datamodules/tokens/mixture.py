@@ -228,10 +228,8 @@ def mixed_units(
     units: list[BlendUnits], mixture: Mixture, epoch: int
 ) -> list[tuple[int, int, np.ndarray]]:
     """The epoch's units as ``(source, pass, units)`` pieces, source after source."""
-    out = []
-    for s, start, quota in mixture.plan(epoch):
-        out.extend((s, p, u) for p, u in units[s].take(start, start + quota))
-    return out
+    plan = mixture.plan(epoch)
+    return [(s, p, u) for s, a, q in plan for p, u in units[s].take(a, a + q)]
 
 
 class _MixedView(SplitView):

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -422,3 +423,47 @@ def test_pixel_values_are_normalised_on_the_device(shards: Path, tok: Any) -> No
     assert moved["pixel_values"].dtype == torch.float32
     assert torch.allclose(moved["pixel_values"], expected)
     assert torch.equal(moved["input_ids"], batch["input_ids"])  # the rest as it was
+
+
+class _CountingModel(pl.LightningModule):
+    """Trains one parameter on the batch's image count (what LightningCLI needs of a model)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.weight * batch["pixel_values"].float().mean() + self.weight**2
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(
+    shards: Path, tok: Any, tmp_path: Path
+) -> None:
+    from lightning.pytorch.cli import LightningCLI
+
+    tok.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))  # <image> among its tokens
+    tokenizer = {
+        "class_path": "transformers.PreTrainedTokenizerFast",
+        "init_args": {"tokenizer_file": str(tmp_path / "tokenizer.json"),
+                      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    }  # fmt: skip
+    args = {
+        "--data.train_files": f"{shards}/train/*.tar", "--data.messages_key": "json",
+        "--data.image_key": KEYS, "--data.tokenizer": json.dumps(tokenizer),
+        "--data.chat_template": tok.chat_template, "--data.image_tokens": str(IMAGE_TOKENS),
+        "--data.packing": "true", "--data.seq_length": "160", "--data.max_images": "5",
+        "--data.image_size": "8", "--data.token_cache": str(tmp_path / "c"),
+        "--data.num_workers": "0", "--trainer.max_steps": "2", "--trainer.accelerator": "cpu",
+        "--trainer.logger": "false", "--trainer.enable_checkpointing": "false",
+        "--trainer.enable_progress_bar": "false",
+    }  # fmt: skip
+    flat = [x for kv in args.items() for x in kv]
+    cli = LightningCLI(
+        _CountingModel, ImageTextDataModule, run=False, args=flat, save_config_callback=None
+    )
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 2 and cli.datamodule.max_images == 5
+    assert cli.datamodule.image_token_id == tok.convert_tokens_to_ids("<image>")
