@@ -67,6 +67,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_chat import CHATML, tokenizer_for  # noqa: E402
+
 from collates.pack_budgets import BudgetPlan, budget_plan, first_fit_plan  # noqa: E402
 from datamodules import ImageTextDataModule  # noqa: E402
 
@@ -79,13 +81,6 @@ ROWS, BASELINE_BATCH, WORKERS, SHARDS = 2, 8, 2, 8
 IMAGE_SIZE, PATCH, IMAGE_TOKENS = 64, 8, 64  # (64 / 8) ** 2 = 64 positions an image
 IMAGE_KEYS = ("0.jpg", "1.jpg", "2.jpg")
 IMAGE = "<image>"
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", IMAGE]
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 _WORDS = (
     "the a of and to in is on with left right top bottom red green blue small large photo "
     "picture image flower temple garden roof tree sky stone wall door window color shape "
@@ -227,23 +222,9 @@ def write_shards(root: Path, records: list[dict[str, Any]]) -> str:
 
 
 def vlm_tokenizer(records: list[dict[str, Any]]) -> Any:
-    """A byte-level BPE trained on the records' words, ChatML's template, ``<image>`` one
-    special token."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=1000, special_tokens=SPECIAL, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    texts = [m["content"].replace(IMAGE, "") for r in records[:1000] for m in r["json"]["messages"]]
-    raw.train_from_iterator(texts + ["user assistant"] * 100, trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        chat_template=CHATML,
-    )  # fmt: skip
+    """bench_chat's byte-level BPE with ChatML, trained on these conversations, and ``<image>``
+    added as one special token."""
+    tok = tokenizer_for([record["json"] for record in records], CHATML)
     tok.add_special_tokens({"additional_special_tokens": [IMAGE]})
     return tok
 
