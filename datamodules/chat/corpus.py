@@ -26,7 +26,11 @@ from datamodules.chat.records import (
     inputs_identity,
     memory_chunks,
 )
-from datamodules.conversations.store_build import build_store, render_workers
+from datamodules.conversations.store_build import (
+    build_store,
+    count_store_skips,
+    render_workers,
+)
 from datamodules.core.checks import check_int
 from datamodules.core.skipped import Skipped
 from datamodules.remote.retrying import RemoteOptions
@@ -131,10 +135,5 @@ class ChatCorpus:
             workers=render_workers(self.tokenize_workers),
             ranks=self.ranks(),
         )
-        if path not in self._counted:  # a store's skipped records, once
-            self._counted.add(path)
-            first = store.meta.get("skipped_first", [])
-            for name, count in store.meta.get("skipped", {}).items():
-                pairs = [(w, why) for w, why in first if w.startswith(f"{name}, ")]
-                self.skipped.add(name, count, pairs)
+        count_store_skips(self.skipped, store, self._counted)
         return store

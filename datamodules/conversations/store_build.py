@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.conversations.messages import ConversationError
-from datamodules.core.skipped import KEEP_MESSAGES
+from datamodules.core.skipped import KEEP_MESSAGES, Skipped
 from datamodules.tokens.store import StoredDocuments, StoreWriter, token_dtype
 from datamodules.tokens.store_build import Progress, _in_order, write_store
 
@@ -32,9 +32,11 @@ __all__ = [
     "RecordChunk",
     "Rendered",
     "build_store",
+    "count_store_skips",
     "render_chunk",
     "render_workers",
     "rendered",
+    "store_meta",
     "store_ranks",
 ]
 
@@ -146,6 +148,29 @@ def rendered(
         yield from _in_order(there, tagged, 2 * workers)
 
 
+def store_meta(
+    material: dict[str, Any], names: list[str], workers: int, counts: dict[str, int],
+    first: list[tuple[str, str]], trained: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The metadata a rendered store keeps: its key's material, its inputs, the render
+    workers, the records skipped per input (and the first of them) and the trained tokens."""
+    return {
+        "inputs": material, "files": names, "workers": workers, "skipped": counts,
+        "skipped_first": first, "trained_tokens": trained,
+    }  # fmt: skip
+
+
+def count_store_skips(skipped: Skipped, store: Any, counted: set[str]) -> None:
+    """Adds a store's skipped records (from its metadata) to ``skipped``, once per store
+    (``counted``: the paths already added)."""
+    if store.path in counted:
+        return
+    counted.add(store.path)
+    first = store.meta.get("skipped_first", [])
+    for name, count in store.meta.get("skipped", {}).items():
+        skipped.add(name, count, [(w, why) for w, why in first if w.startswith(f"{name}, ")])
+
+
 def build_store(
     path: str,
     renderer: Any,
@@ -176,13 +201,6 @@ def build_store(
                 counts[names[file]] = counts.get(names[file], 0) + len(bad)
                 first.extend(bad[: max(KEEP_MESSAGES - len(first), 0)])
             progress.update(len(lengths), int(lengths.sum()))
-        return {
-            "inputs": material,
-            "files": names,
-            "workers": workers,
-            "skipped": counts,
-            "skipped_first": first,
-            "trained_tokens": trained,
-        }
+        return store_meta(material, names, workers, counts, first, trained)
 
     return write_store(path, token_dtype(renderer.vocab_size), names, what, fill, ranks)

@@ -41,7 +41,7 @@ import numpy as np
 
 from collates.image_placeholders import add_image_placeholder, expand_image_placeholders
 from datamodules.conversations import ConversationError, normalize_messages
-from datamodules.conversations.store_build import RecordChunk, rendered
+from datamodules.conversations.store_build import RecordChunk, rendered, store_meta
 from datamodules.core.skipped import KEEP_MESSAGES
 from datamodules.imaging.decoding import is_image_bytes
 from datamodules.shards.records import read_records
@@ -291,14 +291,7 @@ def build_conversation_store(
                 progress.update(len(lengths), int(lengths.sum()))
         np.save(os.path.join(writer.tmp, "image_offsets.npy"), np.asarray(image_offsets, np.int64))
         np.save(os.path.join(writer.tmp, "record_images.npy"), np.asarray(record_images, np.int64))
-        return {
-            "inputs": material,
-            "files": names,
-            "workers": workers,
-            "skipped": counts,
-            "skipped_first": first,
-            "trained_tokens": trained,
-            "images": len(image_offsets) - 1,
-        }
+        meta = store_meta(material, names, workers, counts, first, trained)
+        return {**meta, "images": len(image_offsets) - 1}
 
     return write_store(path, token_dtype(renderer.vocab_size), names, what, fill, ranks)

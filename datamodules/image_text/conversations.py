@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from datamodules.conversations import ChatRenderer
-from datamodules.conversations.store_build import render_workers
+from datamodules.conversations.store_build import count_store_skips, render_workers
 from datamodules.core.checks import check_int
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
@@ -169,12 +169,7 @@ class ConversationParts:
             path, self.reader, self.renderer, list(shards), material=material,
             workers=render_workers(self.tokenize_workers), ranks=self.ranks(),
         )  # fmt: skip
-        if path not in self._counted:  # a store's skipped records, once
-            self._counted.add(path)
-            first = store.meta.get("skipped_first", [])
-            for name, count in store.meta.get("skipped", {}).items():
-                pairs = [(w, why) for w, why in first if w.startswith(f"{name}, ")]
-                self.skipped.add(name, count, pairs)
+        count_store_skips(self.skipped, store, self._counted)
         limit = self.seq_length if self.packing else None
         images = self.max_images if self.packing else None
         docs = ImageConversations(

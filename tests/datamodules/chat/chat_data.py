@@ -9,7 +9,14 @@ from typing import Any
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-__all__ = ["CHATML", "SPECIAL", "arithmetic", "chat_tokenizer", "raw_tokenizer"]
+__all__ = [
+    "CHATML",
+    "SPECIAL",
+    "arithmetic",
+    "chat_tokenizer",
+    "raw_tokenizer",
+    "tokenizer_config",
+]
 
 #: ChatML, as Qwen2.5 and TRL's examples render it (no generation marks).
 CHATML = (
@@ -90,3 +97,17 @@ def arithmetic(n: int, seed: int = 0, max_turns: int = 3) -> list[dict[str, Any]
             messages.append({"role": "assistant", "content": f"{a + b}."})
         out.append({"messages": messages, "id": i})
     return out
+
+
+def tokenizer_config(tokenizer: Any, path: Any) -> str:
+    """A LightningCLI value (JSON) that builds ``tokenizer`` (a ``tokenizers.Tokenizer``) again
+    from ``path``, where it is saved here: a ``PreTrainedTokenizerFast`` with ChatML's EOS and
+    pad."""
+    import json
+
+    tokenizer.save(str(path))
+    return json.dumps({
+        "class_path": "transformers.PreTrainedTokenizerFast",
+        "init_args": {"tokenizer_file": str(path), "eos_token": "<|im_end|>",
+                      "pad_token": "<|endoftext|>"},
+    })  # fmt: skip

@@ -164,17 +164,12 @@ class _Model(RecordingModel):
 def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(tmp_path: Path) -> None:
     from lightning.pytorch.cli import LightningCLI
 
-    from tests.datamodules.chat.chat_data import CHATML, raw_tokenizer
+    from tests.datamodules.chat.chat_data import CHATML, raw_tokenizer, tokenizer_config
 
-    raw_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    tokenizer = tokenizer_config(raw_tokenizer(), tmp_path / "tokenizer.json")
     path = write_jsonl(tmp_path / "chat.jsonl", numbered(12))
-    tokenizer = {
-        "class_path": "transformers.PreTrainedTokenizerFast",
-        "init_args": {"tokenizer_file": str(tmp_path / "tokenizer.json"),
-                      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
-    }  # fmt: skip
     args = {
-        "--data.train_file": str(path), "--data.tokenizer": json.dumps(tokenizer),
+        "--data.train_file": str(path), "--data.tokenizer": tokenizer,
         "--data.chat_template": CHATML, "--data.packing": "true", "--data.seq_length": "128",
         "--data.token_cache": str(tmp_path / "c"), "--data.val_split": "0",
         "--data.tokenize_workers": "0", "--data.num_workers": "0", "--trainer.max_steps": "2",

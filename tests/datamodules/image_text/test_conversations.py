@@ -444,15 +444,13 @@ def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(
 ) -> None:
     from lightning.pytorch.cli import LightningCLI
 
-    tok.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))  # <image> among its tokens
-    tokenizer = {
-        "class_path": "transformers.PreTrainedTokenizerFast",
-        "init_args": {"tokenizer_file": str(tmp_path / "tokenizer.json"),
-                      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
-    }  # fmt: skip
+    from tests.datamodules.chat.chat_data import tokenizer_config
+
+    # <image> is among the saved tokenizer's special tokens.
+    tokenizer = tokenizer_config(tok.backend_tokenizer, tmp_path / "tokenizer.json")
     args = {
         "--data.train_files": f"{shards}/train/*.tar", "--data.messages_key": "json",
-        "--data.image_key": KEYS, "--data.tokenizer": json.dumps(tokenizer),
+        "--data.image_key": KEYS, "--data.tokenizer": tokenizer,
         "--data.chat_template": tok.chat_template, "--data.image_tokens": str(IMAGE_TOKENS),
         "--data.packing": "true", "--data.seq_length": "160", "--data.max_images": "5",
         "--data.image_size": "8", "--data.token_cache": str(tmp_path / "c"),
