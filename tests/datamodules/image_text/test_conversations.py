@@ -465,3 +465,23 @@ def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert cli.trainer.global_step == 2 and cli.datamodule.max_images == 5
     assert cli.datamodule.image_token_id == tok.convert_tokens_to_ids("<image>")
+
+
+def test_http_shards_are_read_at_the_first_setup_then_the_store_serves_them(
+    shards: Path, tok: Any, tmp_path: Path
+) -> None:
+    from tests.counting_http import counting_server
+
+    size = sum(p.stat().st_size for p in (shards / "train").glob("*.tar"))
+    with counting_server(shards / "train") as server:
+        url = f"{server.url}/train-{{000000..000002}}.tar"
+        dm = make(tmp_path, tok, url)
+        seen = sorted(i for b in dm.train_dataloader() for i in record_ids(b))
+        assert seen == list(range(RECORDS))
+        assert server.total_bytes >= size  # every shard read (its index and its records)
+        server.reset()
+        again = make(tmp_path, tok, url, num_workers=2)
+        seen = sorted(i for b in again.train_dataloader() for i in record_ids(b))
+        assert seen == list(range(RECORDS))
+        assert not again.dataset.store.built
+        assert server.total_bytes < size / 10  # the images came from the store
