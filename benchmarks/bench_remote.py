@@ -6,8 +6,10 @@ Data: the 100k-record JSONL shards of ``benchmarks/bench_streaming.py`` (16 shar
 
 Server: a ``ThreadingHTTPServer`` on 127.0.0.1 that serves byte ranges, waits ``--latency``
 (100 ms) before every response and sends at most ``--bandwidth`` (20 MB/s) per connection,
-which is what object storage looks like from one machine. It counts the requests in flight
-(from a request's arrival to its last byte sent) over time.
+which is what object storage looks like from one machine. It runs in a process of its own
+(``--in-process``: in the benchmark's, as before: its threads then stall while the loader's
+process forks its workers or holds the interpreter, which a real store does not) and counts
+the requests in flight (from a request's arrival to its last byte sent) over time.
 
 Three DataModules stay alive side by side, ``StreamingDataModule(...)`` with 2 workers, batch
 64, a 10,000-record shuffle buffer and the default collate, and their epochs alternate (which
@@ -28,7 +30,7 @@ the median ratio per epoch over
 ``--runs`` runs, and, for the first epoch of the last run, the requests in flight per 100 ms.
 
 Run: ``python benchmarks/bench_remote.py [--records 100000] [--runs 3] [--epochs 3]
-[--prefetch 1]``.
+[--prefetch 1] [--in-process]``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import logging
+import multiprocessing
 import os
 import platform
 import shutil
@@ -162,6 +165,32 @@ class InFlight:
         return [(a, before[-1] if before else 0)] + [(t, c) for t, c in changes if a <= t < b]
 
 
+class ServedFlight(InFlight):
+    """The counts of a server in another process (:func:`serve_process`), copied here by
+    :meth:`refresh` (``perf_counter`` is the system's monotonic clock: the same in both)."""
+
+    def __init__(self, conn: Any, began: float) -> None:
+        super().__init__()
+        self.conn, self.began = conn, began
+
+    def refresh(self) -> None:
+        self.conn.send("counts")
+        changes, arrivals, bytes_from = self.conn.recv()
+        with self.lock:
+            self.changes, self.arrivals, self.bytes_from = changes, arrivals, bytes_from
+
+
+def serve_process(root: Path, latency: float, bandwidth: float, conn: Any) -> None:
+    """Serves ``root`` (:func:`serve`) until told to stop; sends its counts when asked."""
+    flight = InFlight()
+    server, base = serve(root, latency, bandwidth, flight)
+    conn.send((base, flight.began))
+    while conn.recv() == "counts":
+        with flight.lock:
+            conn.send((list(flight.changes), list(flight.arrivals), list(flight.bytes_from)))
+    server.shutdown()
+
+
 def in_flight(changes: list[tuple[float, int]], stop: float, step: float | None = None) -> Any:
     """The most requests in flight at once and the time-weighted mean over ``changes`` up to
     ``stop`` (seconds as in the changes); with ``step``, the mean per step instead."""
@@ -236,20 +265,35 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per request")
     parser.add_argument("--bandwidth", type=float, default=20e6, help="bytes/s per connection")
     parser.add_argument("--prefetch", type=int, default=1, help="prefetch_shards")
+    parser.add_argument(
+        "--in-process", action="store_true", help="the server in the benchmark's process"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-remote-"))
-    flight = InFlight()
+    flight: InFlight = InFlight()
     ratios: dict[tuple[str, int], list[float]] = {}
     load_before = os.getloadavg()[0]
     try:
         local = write_jsonl(root / "shards", args.records)
-        server, base = serve(root / "shards", args.latency, args.bandwidth, flight)
+        if args.in_process:
+            server, base = serve(root / "shards", args.latency, args.bandwidth, flight)
+        else:
+            conn, there = multiprocessing.Pipe()
+            served = multiprocessing.get_context("spawn").Process(
+                target=serve_process,
+                args=(root / "shards", args.latency, args.bandwidth, there),
+                daemon=True,
+            )
+            served.start()
+            base, began = conn.recv()
+            flight = ServedFlight(conn, began)
         urls = [f"{base}/{Path(p).name}" for p in local]
         size = sum(os.path.getsize(p) for p in local)
         print(
             f"{args.records:,} records in {len(local)} JSONL shards ({size / 1e6:.1f} MB), "
             f"{WORKERS} workers, batch {BATCH}; server: {args.latency * 1000:.0f} ms per "
-            f"request, {args.bandwidth / 1e6:.0f} MB/s per connection; "
+            f"request, {args.bandwidth / 1e6:.0f} MB/s per connection "
+            f"({'in this process' if args.in_process else 'its own process'}); "
             f"prefetch_shards={args.prefetch}"
         )
         cpus, python = os.cpu_count(), platform.python_version()
@@ -269,6 +313,8 @@ def main() -> None:
             for e in range(args.epochs):
                 order = MODES[e % 3 :] + MODES[: e % 3]
                 results = {m: epoch(dms[m], args.records) for m in order}
+                if isinstance(flight, ServedFlight):
+                    flight.refresh()
                 cells, notes, starts = [], [], []
                 for m in MODES:
                     rate, began, ended, first = results[m]
@@ -295,7 +341,11 @@ def main() -> None:
                     f"{'':<7}ms to first request/first response/first batch/end: "
                     + ", ".join(starts)
                 )
-        server.shutdown()
+        if args.in_process:
+            server.shutdown()
+        else:
+            conn.send("stop")
+            served.join(10)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\nmedian over {args.runs} runs, vs the local epoch of the same round")
