@@ -107,8 +107,7 @@ def conversations(
     per scan (two scans of different digits); each record names its scans (``"scans"``)."""
     rng = np.random.default_rng(seed)
     records = [
-        {"scans": [int(i)], "question": WHICH_DIGIT, "answer": str(int(targets[i]))}
-        for i in scans
+        {"scans": [int(i)], "question": WHICH_DIGIT, "answer": str(int(targets[i]))} for i in scans
     ]
     for _ in range(pairs * len(scans)):
         first, second = rng.choice(scans, 2, replace=False)
@@ -344,20 +343,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Writes the shards, trains, measures the held-out exact match; prints the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=None, help="shards and the token store")
-    parser.add_argument("--pairs", type=int, default=2, help="'Which is larger?' per scan")
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--pairs", type=int, default=1, help="'Which is larger?' per scan")
+    parser.add_argument("--epochs", type=int, default=16)
     parser.add_argument("--image-tokens", type=int, default=4)
     parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--max-images", type=int, default=96)
-    parser.add_argument("--batch-size", type=int, default=16, help="rows per batch")
+    parser.add_argument("--batch-size", type=int, default=8, help="rows per batch")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--fast", action="store_true", help="a short run (the test's): 2 epochs")
+    parser.add_argument("--fast", action="store_true", help="a short run (the test's): 7 epochs")
     args = parser.parse_args(argv)
     if args.fast:
-        args.epochs = 2
+        args.epochs = 7
     pl.seed_everything(0, verbose=False)
     start = time.perf_counter()
     cache = args.cache or default_cache().parent / "train_vlm"
