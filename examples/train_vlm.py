@@ -32,8 +32,9 @@ tokens before it (teacher forcing). Token by token that is exactly what greedy d
 produce, so it equals the exact match of greedily decoded answers, computed in one pass over the
 held-out test shards. Chance: 0.1 for the digit, 0.5 for the comparison.
 
-Run: ``python examples/train_vlm.py`` (a few minutes on 2 CPU cores; prints the DataModule's
-summary and the held-out exact match). ``--fast`` trains a short run for the test.
+Run: ``python examples/train_vlm.py`` (about 2.5 minutes on 2 shared CPU cores; prints the
+DataModule's summary and the held-out exact match: 0.958 on the digit and 0.775 on the
+comparison here, after the default 16 epochs). ``--fast`` trains 7 epochs, for the test.
 """
 
 from __future__ import annotations
@@ -305,10 +306,9 @@ class TinyVLM(pl.LightningModule):
         return self._step(batch, "train")
 
     def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
-        self._step(batch, "val")
+        self._step(batch, "test" if self.trainer.testing else "val")
 
-    def test_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
-        self._step(batch, "test")
+    test_step = validation_step
 
     def on_validation_epoch_start(self) -> None:
         self.counts["val"] = {}
