@@ -30,7 +30,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from datamodules import (
     BaseDataModule,
+    ChatDataModule,
     ImageFolderDataModule,
+    ImageTextDataModule,
     Source,
     StreamingDataModule,
     TensorDataModule,
@@ -362,6 +364,63 @@ def image_stream_case(tmp_path: Path) -> RichCase:
     )
 
 
+def chat_case(tmp_path: Path) -> RichCase:
+    """Packed chat conversations from a JSONL file, the tokenizer given again on reload."""
+    from tests.datamodules.chat.chat_data import arithmetic, chat_tokenizer
+
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in arithmetic(40)))
+    tokenizer = chat_tokenizer()
+    return RichCase(
+        make=lambda: ChatDataModule(
+            train_file=path,
+            tokenizer=tokenizer,
+            train_on="assistant",
+            packing=True,
+            seq_length=96,
+            overlong="truncate",
+            token_cache=tmp_path / "tokens",
+            tokenize_workers=0,
+            val_split=0,
+            batch_size=2,
+            num_workers=0,
+        ),
+        batch_ids=lambda batch: [hash(tuple(row)) for row in batch["input_ids"].tolist()],
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
+def image_text_conversations_case(tmp_path: Path) -> RichCase:
+    """Conversations about 1-3 images per record, packed under both budgets."""
+    from tests.datamodules.image_text.test_conversations import record_ids
+    from tests.datamodules.image_text.vlm_data import vlm_tokenizer, write_conversation_tars
+
+    write_conversation_tars(tmp_path / "train", range(24), shards=2)
+    tokenizer = vlm_tokenizer()
+    return RichCase(
+        make=lambda: ImageTextDataModule(
+            f"{tmp_path}/train/*.tar",
+            messages_key="json",
+            image_key="0.png;1.png;2.png",
+            tokenizer=tokenizer,
+            image_token="<image>",
+            image_tokens=4,
+            packing=True,
+            seq_length=160,
+            max_images=5,
+            image_size=8,
+            normalize=False,
+            token_cache=tmp_path / "tokens",
+            batch_size=2,
+            num_workers=0,
+        ),
+        batch_ids=record_ids,
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -372,6 +431,8 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "stream-mixed-1-worker": lambda p: stream_case(p, 1),
     "stream-mixed-2-workers": lambda p: stream_case(p, 2),
     "stream-image-records": image_stream_case,
+    "chat-packed": chat_case,
+    "image-text-conversations": image_text_conversations_case,
 }
 
 
