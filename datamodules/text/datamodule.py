@@ -41,7 +41,7 @@ from datamodules.core.mixture import Mixture, Source
 from datamodules.text.arguments import check_text_arguments
 from datamodules.text.corpus import TextCorpus
 from datamodules.text.inspection import TextInspection
-from datamodules.text.labels import TextLabels
+from datamodules.text.labels import LabelVocabulary
 from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.views import TextViews
 from datamodules.tokens.blends import blend_parts
@@ -65,7 +65,7 @@ Tokenizer = str | Callable[[str], Sequence[int]] | Any
 Files = Sequence[Source] | str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
-class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseDataModule):
+class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -282,12 +282,28 @@ class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseData
             self.tokenizer = None  # the ids are given: no tokenizer, no vocabulary
         self.pad_id = pad_id
         self.vocab: Vocabulary | None = None
-        self.label_names: list[str] | None = None
+        #: Label ids of the sources (:class:`~datamodules.text.labels.LabelVocabulary`).
+        self.label_vocabulary = LabelVocabulary()
         self._sources: list[TextRecords] = []
         self._pending_vocab: dict[str, Any] | None = None
-        self._pending_label_names: list[str] | None = None
         self._planners: dict[str, PackPlanner] = {}
         self._max_id: int | None = None
+
+    @property
+    def label_names(self) -> list[str] | None:
+        """The sorted names of string labels, whose ids the batches hold (None: int labels,
+        or none)."""
+        return self.label_vocabulary.names
+
+    @property
+    def num_classes(self) -> int | None:
+        """Number of label ids (``len(label_names)``, or the largest int label + 1)."""
+        self._require_setup()
+        return self.label_vocabulary.num_classes(self._sources)
+
+    def labels(self) -> torch.Tensor:
+        """One label id per sample of the main dataset (for ``stratify=True``)."""
+        return self.label_vocabulary.stratify_ids(self.dataset)
 
     # ------------------------------------------------------------------ data
     def load_texts(self) -> TextRecords | tuple[Sequence[str], Sequence[int | str] | None]:
@@ -332,7 +348,7 @@ class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseData
         if self._sources:
             return
         sources: list[TextRecords] = blend_parts(self.split_datasets.values())
-        self._encode_labels(sources, self._pending_label_names)
+        self.label_vocabulary.prepare(sources)
         if isinstance(self.tokenizer, str):
             if self._pending_vocab is not None:
                 self.vocab = self._vocab_from_state(self._pending_vocab)
@@ -342,11 +358,11 @@ class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseData
                 self.vocab = Vocabulary.build(
                     train_texts, self.tokenizer, self.lowercase, self.min_freq
                 )
-        self._pending_vocab = self._pending_label_names = None
+        self._pending_vocab = None
         for records in sources:
             if records.encoded is None:  # texts in memory; a store or token file is mapped
                 records.encoded = EncodedTexts(*self._tokenize(records), None)
-            records.encoded.labels = self._label_tensor(records)
+            records.encoded.labels = self.label_vocabulary.tensor(records)
             self._check_budget(records)
             if self.packing:
                 check_packable(records, self.label_key, self.seq_length, self.pack_mode)
@@ -462,14 +478,10 @@ class TextDataModule(TextViews, TextCorpus, TextLabels, TextInspection, BaseData
                 "the checkpoint has a built-in vocabulary but this module uses the tokenizer "
                 f"{describe_tokenizer(self.tokenizer)}: the ids would differ."
             )
+        self.label_vocabulary.restore(label_names, self._sources)
         if not self._sources:  # before setup: used when setup runs
             self._pending_vocab = vocab_state
-            self._pending_label_names = label_names
             return
-        if label_names is not None and label_names != self.label_names:
-            self._encode_labels(self._sources, label_names)
-            for records in self._sources:
-                records.encoded.labels = self._label_tensor(records)
         if vocab_state is not None:
             vocab = self._vocab_from_state(vocab_state)
             if vocab != self.vocab:
