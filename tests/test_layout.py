@@ -163,7 +163,7 @@ OWN_JSON = {
     "datamodules.tokens.store",
     "datamodules.tokens.vocab",
     "datamodules.tokenizing.fingerprint",
-    "datamodules.chat.records",
+    "datamodules.conversations.records",
     "datamodules.stream_parts.splits",
     "datamodules.stream_engine.position",
 }

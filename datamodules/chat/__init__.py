@@ -2,8 +2,9 @@
 
 * :mod:`~datamodules.chat.datamodule`: the DataModule; its blends are the tokens layer's
   :class:`~datamodules.tokens.blends.TokenBlends` (``dm.blends``), as text's are.
-* :mod:`~datamodules.chat.corpus`: its inputs and their token store (a part of its own).
-* :mod:`~datamodules.chat.records`: records from files, a list or a ``datasets.Dataset``.
+* its inputs and their token store are the conversations layer's
+  :class:`~datamodules.conversations.corpus.RecordCorpus` (records from files, a list or a
+  ``datasets.Dataset``: :mod:`datamodules.conversations.records`).
 * :mod:`~datamodules.chat.views`: the conversations after ``overlong``; padded and packed
   batches with their labels.
 """

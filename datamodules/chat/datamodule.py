@@ -19,7 +19,7 @@ The parts are the shared layers': the shard layer reads the files, the token sto
 (:mod:`datamodules.tokens.store`) keeps the rendered ids, pack planning, packed rows and the
 row sampler are :mod:`datamodules.tokens.packing`'s, length buckets
 :mod:`datamodules.core.buckets`'; the inputs and their store are a
-:class:`~datamodules.chat.corpus.ChatCorpus`.
+:class:`~datamodules.conversations.corpus.RecordCorpus`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from datamodules.chat.corpus import ChatCorpus, is_dataset
 from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
+from datamodules.conversations.corpus import RecordCorpus, is_dataset
 from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
@@ -218,7 +218,7 @@ class ChatDataModule(BaseDataModule):
         remote = check_remote_options(storage_options, retries, timeout)
         save_without_credentials(self, storage_options)
         directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
-        self.corpus = ChatCorpus(
+        self.corpus = RecordCorpus(
             conversations, files, self.renderer, on_error, directory, tokenize_workers, remote,
             self._ranks,
         )  # fmt: skip

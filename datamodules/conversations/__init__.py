@@ -11,6 +11,10 @@ is imported when a renderer is built.
   ``(input_ids, trained)``, with the rules of the loss mask.
 * :mod:`~datamodules.conversations.store_build`: rendering records into the token store, in
   parallel, with the mask (it sits on the tokens layer's store).
+* :mod:`~datamodules.conversations.records`: records from files, a list or a
+  ``datasets.Dataset``, named by file and line; :mod:`~datamodules.conversations.corpus`:
+  :class:`~datamodules.conversations.corpus.RecordCorpus`, a DataModule's inputs per split and
+  their store (chat's and preference's).
 """
 
 from __future__ import annotations

@@ -11,7 +11,14 @@ render nothing. The builder, the lock and the key are the token store's own
 
 A record that cannot be rendered raises, named ``file, line N`` (or ``row N``) with the
 renderer's reason, under ``on_error="raise"``; under ``"skip"`` it is left out and counted in
-the store's metadata (kept, so that a later setup that renders nothing still reports it).
+the store's metadata (kept, so that a later setup that renders nothing still reports it). An
+error whose ``always_raise`` is true (a limit the user asked to enforce) raises under both.
+
+A renderer returns ``(ids, mask)`` for a record, or ``(ids, mask, note)``: ``note`` (a short
+string, or None) is counted in the store's metadata under ``notes`` (what a renderer did to some
+records: cut them, dropped them), and ``ids`` None leaves the record out. The mask is a
+``uint8`` per token: 0 or 1 (trained) for chat; a renderer may use its higher bits for its own
+codes (the store counts the tokens whose bit 0 is set as trained).
 """
 
 from __future__ import annotations
@@ -49,15 +56,17 @@ class RecordChunk:
     lines: list[int]
 
 
-#: One chunk rendered: flat ids, lengths, flat mask, the kept records' lines, and the skipped
-#: ones as ``(where, why)``.
-Rendered = tuple[np.ndarray, np.ndarray, np.ndarray, list[int], list[tuple[str, str]]]
+#: One chunk rendered: flat ids, lengths, flat mask, the kept records' lines, the skipped
+#: ones as ``(where, why)``, and the renderer's notes counted.
+Rendered = tuple[
+    np.ndarray, np.ndarray, np.ndarray, list[int], list[tuple[str, str]], dict[str, int]
+]
 
 _WORKER_RENDERER: Any = None
 
 
 def render_chunk(
-    renderer: Callable[[Mapping[str, Any]], tuple[np.ndarray, np.ndarray]],
+    renderer: Callable[[Mapping[str, Any]], tuple[Any, ...]],
     chunk: RecordChunk,
     name: str,
     on_error: str,
@@ -74,17 +83,23 @@ def render_chunk(
     masks: list[np.ndarray] = []
     kept: list[int] = []
     skipped: list[tuple[str, str]] = []
+    notes: dict[str, int] = {}
     for record, line in zip(chunk.records, chunk.lines, strict=True):
         try:
             if not isinstance(record, Mapping):
                 raise ConversationError(
                     f"a record is an object, got a {type(record).__name__} ({str(record)[:60]})"
                 )
-            got, trained = renderer(record)
+            out = renderer(record)
         except ConversationError as error:
-            if on_error == "raise":
-                raise ConversationError(f"{name}, {unit} {line}: {error}") from None
+            if on_error == "raise" or getattr(error, "always_raise", False):
+                raise type(error)(f"{name}, {unit} {line}: {error}") from None
             skipped.append((f"{name}, {unit} {line}", str(error)))
+            continue
+        got, trained = out[0], out[1]
+        if len(out) > 2 and out[2] is not None:
+            notes[out[2]] = notes.get(out[2], 0) + 1
+        if got is None:
             continue
         ids.append(np.asarray(got, dtype=np.int64))
         masks.append(np.asarray(trained, dtype=np.uint8))
@@ -92,7 +107,7 @@ def render_chunk(
     lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
     flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     mask = np.concatenate(masks) if masks else np.zeros(0, np.uint8)
-    return flat, lengths, mask, kept, skipped
+    return flat, lengths, mask, kept, skipped, notes
 
 
 def _init_worker(renderer: Any) -> None:
@@ -150,13 +165,14 @@ def rendered(
 
 def store_meta(
     material: dict[str, Any], names: list[str], workers: int, counts: dict[str, int],
-    first: list[tuple[str, str]], trained: int,
+    first: list[tuple[str, str]], trained: int, notes: dict[str, int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The metadata a rendered store keeps: its key's material, its inputs, the render
-    workers, the records skipped per input (and the first of them) and the trained tokens."""
+    workers, the records skipped per input (and the first of them), the trained tokens and
+    the renderer's notes counted."""
     return {
         "inputs": material, "files": names, "workers": workers, "skipped": counts,
-        "skipped_first": first, "trained_tokens": trained,
+        "skipped_first": first, "trained_tokens": trained, "notes": notes or {},
     }  # fmt: skip
 
 
@@ -191,16 +207,19 @@ def build_store(
         first: list[tuple[str, str]] = []
         counts: dict[str, int] = {}
         trained = 0
+        notes: dict[str, int] = {}
         empty = np.zeros(0, np.int64)
         writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
         jobs = ((c, names[i], on_error, i) for i, c in chunks())
-        for file, (flat, lengths, mask, kept, bad) in rendered(renderer, jobs, workers):
+        for file, (flat, lengths, mask, kept, bad, noted) in rendered(renderer, jobs, workers):
             writer.add(flat, lengths, file, kept, mask)
-            trained += int(mask.sum())
+            trained += int(np.count_nonzero(mask & 1))
+            for key, count in noted.items():
+                notes[key] = notes.get(key, 0) + count
             if bad:
                 counts[names[file]] = counts.get(names[file], 0) + len(bad)
                 first.extend(bad[: max(KEEP_MESSAGES - len(first), 0)])
             progress.update(len(lengths), int(lengths.sum()))
-        return store_meta(material, names, workers, counts, first, trained)
+        return store_meta(material, names, workers, counts, first, trained, notes)
 
     return write_store(path, token_dtype(renderer.vocab_size), names, what, fill, ranks)

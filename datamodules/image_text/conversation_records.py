@@ -276,7 +276,7 @@ def build_conversation_store(
                     for chunk, images in reader.chunks(shard, bad):
                         yield chunk, names[i], on_error, (i, images)
 
-            for (file, images), (flat, lengths, mask, kept, failed) in rendered(
+            for (file, images), (flat, lengths, mask, kept, failed, _) in rendered(
                 renderer, jobs(), workers
             ):
                 writer.add(flat, lengths, file, kept, mask)

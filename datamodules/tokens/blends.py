@@ -104,6 +104,10 @@ class TokenBlends(BlendResume):
         seed: The shuffle seed.
         unit: What a padded unit is called (``"document"``, ``"conversation"``).
         masked: Whether each source has a loss mask (``part.trained``) read beside the ids.
+        views: With ``masked``, the ``(packed, padded)`` view classes that read the ids and
+            the mask (default :class:`~datamodules.tokens.blend_views.MaskedPackedView`,
+            :class:`~datamodules.tokens.blend_views.MaskedDocView`: chat's labels); a kind
+            whose mask holds codes of its own gives views that read them.
         train_argument: The arguments that give a train blend, for messages.
     """
 
@@ -122,6 +126,7 @@ class TokenBlends(BlendResume):
         seed: int,
         unit: str = "document",
         masked: bool = False,
+        views: tuple[type, type] | None = None,
         train_argument: str = "train_file=",
     ) -> None:
         check_bool(eval_per_source, "eval_per_source")
@@ -145,6 +150,7 @@ class TokenBlends(BlendResume):
         self.read, self.files_of, self.given = read, files_of, given
         self.seq_length, self.pack_mode, self.seed = seq_length, pack_mode, seed
         self.unit, self.masked = unit, masked
+        self.views = views or (MaskedPackedView, MaskedDocView)
         self._mix_logged: int | None = None
 
     @property
@@ -200,9 +206,10 @@ class TokenBlends(BlendResume):
         pad_to = owner.pad_to_multiple_of
         if self.masked:
             trained = [p.trained for p in parts]
+            packed, padded = self.views
             if self.seq_length is not None:
-                return MaskedPackedView(*args, trained=trained)
-            return MaskedDocView(*args, trained=trained, pad_to=pad_to)
+                return packed(*args, trained=trained)
+            return padded(*args, trained=trained, pad_to=pad_to)
         if self.seq_length is not None:
             return MixedPackedView(*args)
         return MixedDocView(*args, padding_side=owner.padding_side, pad_to=pad_to)

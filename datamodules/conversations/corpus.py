@@ -1,11 +1,12 @@
-"""ChatDataModule's inputs and their token store: a part with its own state.
+"""The inputs of a DataModule of rendered records and their token store: a part with its own state.
 
-:class:`ChatCorpus` holds what decides a split's conversations (the records, the renderer,
+:class:`RecordCorpus` (ChatDataModule's and PreferenceDataModule's) holds what decides a split's
+records (the records, the renderer,
 ``on_error``, the store's directory, the render workers and the remote options) and gives, per
 split, the mapped store (:meth:`ChatCorpus.store`), rendered once
 (:func:`datamodules.conversations.store_build.build_store`) and keyed by the inputs and their
-versions, the renderer's fingerprint (tokenizer, template, ``train_on``, ``messages_key``)
-and ``on_error``. It knows nothing of batches: the DataModule applies ``overlong`` and builds
+versions, the kind of records (``kind``: ``"chat"``, ``"preference"``), the renderer's
+fingerprint (for chat: tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``. It knows nothing of batches: the DataModule applies ``overlong`` and builds
 the views.
 """
 
@@ -18,7 +19,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from datamodules.chat.records import (
+from datamodules.conversations.records import (
     RecordChunk,
     check_chat_files,
     dataset_chunks,
@@ -37,7 +38,7 @@ from datamodules.remote.retrying import RemoteOptions
 from datamodules.tokens.inputs import SPLIT_FILES, find_files
 from datamodules.tokens.store import StoredDocuments, store_key
 
-__all__ = ["ChatCorpus", "is_dataset"]
+__all__ = ["RecordCorpus", "is_dataset"]
 
 
 def is_dataset(value: Any) -> bool:
@@ -47,8 +48,8 @@ def is_dataset(value: Any) -> bool:
     )
 
 
-class ChatCorpus:
-    """The conversations of each split, through the token store (see the module docstring).
+class RecordCorpus:
+    """The records of each split, through the token store (see the module docstring).
 
     Args:
         conversations: A list of records (or bare message lists), a ``datasets.Dataset``, or
@@ -60,6 +61,7 @@ class ChatCorpus:
         tokenize_workers: Render processes: ``"auto"`` or an int (0: this process).
         remote: The remote options for files.
         ranks: Returns ``(local rank, global rank)`` when a store is opened.
+        kind: What the records are, part of the store's key (``"chat"``, ``"preference"``).
     """
 
     def __init__(
@@ -72,13 +74,14 @@ class ChatCorpus:
         tokenize_workers: int | str,
         remote: RemoteOptions,
         ranks: Any,
+        kind: str = "chat",
     ) -> None:
         check_int(tokenize_workers, "tokenize_workers", 0, words=("auto",))
         self.conversations, self.files, self.renderer = conversations, files, renderer
         self.on_error, self.tokenize_workers = on_error, tokenize_workers
-        self.remote, self.ranks = remote, ranks
+        self.remote, self.ranks, self.kind = remote, ranks, kind
         if directory is None:
-            directory = tempfile.mkdtemp(prefix="chat-tokens-")
+            directory = tempfile.mkdtemp(prefix=f"{kind}-tokens-")
             weakref.finalize(self, shutil.rmtree, directory, True)
         self.directory = directory
         #: Records left out under ``on_error="skip"``, from every store opened.
@@ -119,7 +122,7 @@ class ChatCorpus:
                         yield i, chunk
 
         material = {
-            "kind": "chat",
+            "kind": self.kind,
             "renderer": self.renderer.fingerprint(),
             "inputs": identity,
             "on_error": self.on_error,

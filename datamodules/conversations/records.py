@@ -1,5 +1,5 @@
-"""Where ChatDataModule's conversations come from: files through the shard layer, a list in
-memory, or a Hugging Face ``datasets.Dataset``, read a chunk of records at a time.
+"""Where records of conversations (chat, preference pairs) come from: files through the shard
+layer, a list in memory, or a Hugging Face ``datasets.Dataset``, read a chunk of records at a time.
 
 Every record is named by where it is, for the errors and the skipped list: ``file, line N``
 (JSONL), ``file, row N`` (Parquet, Arrow), ``<datasets.Dataset>, row N`` and ``<conversations>, row
