@@ -19,6 +19,7 @@ __all__ = [
     "DataWaitMonitor",
     "ImageFolderDataModule",
     "ImageTextDataModule",
+    "PreferenceDataModule",
     "Source",
     "StreamingDataModule",
     "TensorDataModule",
@@ -32,6 +33,7 @@ _HOMES = {
     "DataWaitMonitor": "datamodules.tools.monitor",
     "ImageFolderDataModule": "datamodules.images.datamodule",
     "ImageTextDataModule": "datamodules.image_text.datamodule",
+    "PreferenceDataModule": "datamodules.preference.datamodule",
     "Source": "datamodules.core.sources",
     "StreamingDataModule": "datamodules.streaming.datamodule",
     "TensorDataModule": "datamodules.tensor",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from datamodules.core.sources import Source
     from datamodules.image_text.datamodule import ImageTextDataModule
     from datamodules.images.datamodule import ImageFolderDataModule
+    from datamodules.preference.datamodule import PreferenceDataModule
     from datamodules.streaming.datamodule import StreamingDataModule
     from datamodules.tensor import TensorDataModule
     from datamodules.text.datamodule import TextDataModule

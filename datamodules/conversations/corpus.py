@@ -1,13 +1,13 @@
-"""The inputs of a DataModule of rendered records and their token store: a part with its own state.
+"""A DataModule's records per split and their token store: a part with its own state.
 
-:class:`RecordCorpus` (ChatDataModule's and PreferenceDataModule's) holds what decides a split's
-records (the records, the renderer,
-``on_error``, the store's directory, the render workers and the remote options) and gives, per
-split, the mapped store (:meth:`ChatCorpus.store`), rendered once
+:class:`RecordCorpus` (ChatDataModule's and PreferenceDataModule's) holds what decides a
+split's records (the records, the renderer, ``on_error``, the store's directory, the render
+workers and the remote options) and gives, per split, the mapped store
+(:meth:`RecordCorpus.store`), rendered once
 (:func:`datamodules.conversations.store_build.build_store`) and keyed by the inputs and their
 versions, the kind of records (``kind``: ``"chat"``, ``"preference"``), the renderer's
-fingerprint (for chat: tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``. It knows nothing of batches: the DataModule applies ``overlong`` and builds
-the views.
+fingerprint (for chat: tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``.
+It knows nothing of batches: the DataModule builds the views.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from datamodules.conversations.messages import Conversation, ConversationError, 
 from datamodules.core.checks import check_choice, check_string, rejected
 from datamodules.tokenizing.fingerprint import tokenizer_fingerprint
 
-__all__ = ["RULES_VERSION", "TRAIN_ON", "ChatRenderer", "as_chat_tokenizer"]
+__all__ = ["RULES_VERSION", "TRAIN_ON", "ChatRenderer", "as_chat_tokenizer", "encode_text"]
 
 #: The version of the rendering and masking rules, part of :meth:`ChatRenderer.fingerprint`.
 RULES_VERSION = 1
@@ -94,6 +94,29 @@ def as_chat_tokenizer(tokenizer: Any) -> Any:
         "a transformers tokenizer (PreTrainedTokenizerBase) or a tokenizers.Tokenizer",
         TypeError,
     )
+
+
+def encode_text(
+    tokenizer: Any, text: str, special: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``text``'s ids (int32), as ``tokenizer(text, add_special_tokens=special)`` gives them,
+    and each token's character offsets (starts, ends); ``tokenizer`` a fast transformers one."""
+    tok = tokenizer
+    backend = getattr(tok, "_tokenizer", None)
+    if (
+        backend is not None
+        and backend.truncation is None
+        and backend.padding is None
+        and backend.encode_special_tokens == bool(tok.split_special_tokens)
+    ):
+        encoding = backend.encode(text, add_special_tokens=special)
+        ids, offsets = encoding.ids, encoding.offsets
+    else:
+        out = tok(text, add_special_tokens=special, return_offsets_mapping=True)
+        ids, offsets = out["input_ids"], out["offset_mapping"]
+    n = len(ids)
+    flat = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * n)
+    return np.asarray(ids, dtype=np.int32), flat[0::2], flat[1::2]
 
 
 class _Brief:
@@ -270,24 +293,21 @@ class ChatRenderer:
     def _encode(
         self, text: str, special: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``text``'s ids, as ``tokenizer(text, add_special_tokens=special)`` gives them, and
-        each token's character offsets (starts, ends)."""
-        tok = self.tokenizer
-        backend = getattr(tok, "_tokenizer", None)
-        if (
-            backend is not None
-            and backend.truncation is None
-            and backend.padding is None
-            and backend.encode_special_tokens == bool(tok.split_special_tokens)
-        ):
-            encoding = backend.encode(text, add_special_tokens=special)
-            ids, offsets = encoding.ids, encoding.offsets
-        else:
-            out = tok(text, add_special_tokens=special, return_offsets_mapping=True)
-            ids, offsets = out["input_ids"], out["offset_mapping"]
-        n = len(ids)
-        flat = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * n)
-        return np.asarray(ids, dtype=np.int32), flat[0::2], flat[1::2]
+        """``text``'s ids and offsets (see :func:`encode_text`)."""
+        return encode_text(self.tokenizer, text, special)
+
+    def template_ids(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = False
+    ) -> np.ndarray:
+        """``tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+        add_generation_prompt=...)["input_ids"]`` (int32), rendered as :meth:`__call__`
+        renders.
+
+        Raises:
+            ConversationError: The template refuses the messages.
+        """
+        text, _ = self._template(self._prepare(messages), add_generation_prompt)
+        return self._encode(text)[0]
 
     def _render(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray]:
         messages, first = conversation.messages, conversation.first_trained

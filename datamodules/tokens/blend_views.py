@@ -18,7 +18,7 @@ from collates.pack_rows import IGNORE_INDEX, gather_rows
 from datamodules.tokens.encoding import gather_padded
 from datamodules.tokens.mixture import MixedDocView, MixedPackedView, MultiBuffer
 
-__all__ = ["MaskedDocView", "MaskedPackedView"]
+__all__ = ["MaskDocs", "MaskedDocView", "MaskedPackedView"]
 
 
 class _MaskBuffers:
@@ -62,7 +62,7 @@ class MaskedPackedView(_MaskBuffers, MixedPackedView):
         return self.transform(out) if self.transform is not None else out
 
 
-class _Docs:
+class MaskDocs:
     """An epoch's documents over another buffer (the masks), as gather_padded reads them."""
 
     def __init__(self, buffer: MultiBuffer, like: Any) -> None:
@@ -81,7 +81,7 @@ class MaskedDocView(_MaskBuffers, MixedDocView):
         (docs, _, _), rows = self._grouped(batch)
         index = torch.tensor(rows, dtype=torch.int64)
         ids, mask, _ = gather_padded(docs, index, self.pad_id, "right", self.pad_to)  # type: ignore[arg-type]
-        flags, _, _ = gather_padded(_Docs(self.masks, docs), index, 0, "right", self.pad_to)  # type: ignore[arg-type]
+        flags, _, _ = gather_padded(MaskDocs(self.masks, docs), index, 0, "right", self.pad_to)  # type: ignore[arg-type]
         out = {
             "input_ids": ids,
             "labels": ids.masked_fill(flags == 0, IGNORE_INDEX),

@@ -1,0 +1,486 @@
+"""PreferenceDataModule: chosen / rejected pairs (DPO, reward models) and unpaired feedback (KTO).
+
+``setup`` tokenizes every record once, as TRL 1.16's ``DPOTrainer`` does
+(:class:`~datamodules.preference.render.PreferenceRenderer`), into the token store: a pair is
+one document (chosen sequence, then rejected), with mask codes that say which tokens are the
+completion's and which sequence they belong to. Later setups, runs and ranks map the store.
+Since a pair is one document, every part of the tokens layer keeps it whole: splits, DDP shares,
+packing (a pair shares a row), blends and resume deal pairs, never sequences. Batches:
+
+* padded (default): TRL's ``DataCollatorForPreference`` layout, ``input_ids``,
+  ``attention_mask``, ``completion_mask`` (2P, L): the P chosen rows, then the P rejected rows;
+  unpaired feedback: (P, L) and ``label`` (bool, P);
+* ``packing=True, seq_length=L``: rows of L tokens, every sequence whole, TextDataModule's
+  packed keys plus ``completion_mask``, ``chosen_index`` and ``rejected_index``
+  (:mod:`datamodules.preference.batches`).
+
+The parts are the shared layers': :class:`~datamodules.conversations.corpus.RecordCorpus`
+(records from files, a list or a Dataset, and their store), the tokens layer's pack planner,
+row sampler and blends (:class:`~datamodules.tokens.blends.TokenBlends`, with this kind's
+views), the core's length buckets.
+
+Extension point: override :meth:`PreferenceDataModule.load_pairs` to return the records of
+your own dataset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+from datamodules.conversations.corpus import RecordCorpus, is_dataset
+from datamodules.conversations.store_build import store_ranks
+from datamodules.core.base import BaseDataModule
+from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.hardware import AUTO, GATHERED
+from datamodules.core.keywords import shared_arguments
+from datamodules.core.mixture import Mixture, Source
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.skipped import Skipped
+from datamodules.core.summary import counted
+from datamodules.core.views import SplitView
+from datamodules.preference.render import PreferenceRenderer
+from datamodules.preference.views import (
+    PairMixedDocView,
+    PairMixedPackedView,
+    PairPackedView,
+    PairPaddedView,
+    PreferenceDocuments,
+)
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.listing import cache_root
+from datamodules.remote.retrying import check_remote_options
+from datamodules.tokens.blends import TokenBlends, check_blend
+from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.mixture import BlendCorpus
+from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
+
+__all__ = ["PreferenceDataModule"]
+
+Files = str | os.PathLike | Sequence[Any] | None
+OVERLONG = ("drop", "truncate", "error")
+
+
+class PreferenceDataModule(BaseDataModule):
+    """Preference pairs and unpaired feedback: ``PreferenceDataModule(train_file=...,
+    tokenizer=...)``.
+
+    Records, as TRL names them: ``{"prompt", "chosen", "rejected"}`` (explicit prompt),
+    ``{"chosen", "rejected"}`` (implicit prompt: what both conversations share at their start),
+    or ``{"prompt", "completion", "label"}`` (unpaired feedback, ``label`` a bool); each part a
+    string (tokenized with the tokenizer's special tokens, completions ending with EOS) or a
+    message list (rendered with the chat template). All records of a DataModule are pairs, or
+    all are unpaired.
+
+    A pair's chosen sequence is exactly what TRL's ``DPOTrainer`` builds (the prompt's ids, then
+    the chosen completion's), likewise the rejected one; ``completion_mask`` marks the
+    completions' tokens.
+
+    Records over the limit (``max_length`` for each sequence; with ``packing=True``,
+    ``seq_length`` for a pair's two sequences together, since a pair shares a row) are dropped
+    (``overlong="drop"``), cut (``"truncate"``: the prompt's start first, then the completions'
+    ends) or refused (``"error"``); never silently: the count is in :meth:`summary`, and one
+    warning on rank 0 says it.
+
+    Args:
+        pairs: The records in memory: a list of records, or a ``datasets.Dataset``.
+        train_file: A path or URL, a glob, a brace pattern, a directory, a dataset index or a
+            list of them: JSONL (optionally ``.gz`` / ``.zst``), Parquet or Arrow files of
+            records (a ``save_to_disk`` folder: its data files), local or remote; or a blend,
+            a list of :class:`~datamodules.Source`.
+        val_file: Validation files, replacing the random ``val_split``.
+        test_file: Test files, replacing the random ``test_split``.
+        tokenizer: A ``transformers`` tokenizer, or a ``tokenizers.Tokenizer``. Not saved in
+            checkpoints: give it again to ``load_from_checkpoint``.
+        chat_template: A Jinja chat template replacing the tokenizer's (needed for message
+            lists when the tokenizer has none).
+        packing: Pack the sequences into rows of ``seq_length`` tokens, each whole, a pair's
+            two in one row.
+        seq_length: Tokens per packed row (with ``packing=True``).
+        max_length: The most tokens of a padded sequence (None: no limit).
+        overlong: ``"drop"``, ``"truncate"`` or ``"error"``, for records over the limit.
+        on_error: ``"raise"`` (name the file and line or row, and why) or ``"skip"`` records
+            that cannot be used (counted in :attr:`skipped`).
+        token_cache: Where token stores live: a directory, None for
+            ``$DATAMODULES_CACHE/tokens`` (or ``~/.cache/datamodules/tokens``), or False to
+            tokenize at every setup.
+        epoch_size: With a weighted train blend: units per epoch (packed rows with
+            ``packing=True``, else records), split by weight.
+        eval_per_source: With a blended validation (test) split: one loader per source.
+        storage_options: Passed to fsspec for remote files; credentials are never saved.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        bucket: Group padded train records of similar length (less padding).
+        tokenize_workers: Processes that tokenize a new store: ``"auto"`` or an int (0: this
+            process).
+    """
+
+    fetch = GATHERED
+    hparams_ignore = (*BaseDataModule.hparams_ignore, "pairs", "tokenizer")
+
+    def __init__(
+        self,
+        pairs: Sequence[Any] | Any | None = None,
+        *,
+        train_file: Files = None,
+        val_file: Files = None,
+        test_file: Files = None,
+        tokenizer: Any = None,
+        chat_template: str | None = None,
+        packing: bool = False,
+        seq_length: int | None = None,
+        max_length: int | None = None,
+        overlong: str = "drop",
+        on_error: str = "raise",
+        token_cache: str | os.PathLike | bool | None = None,
+        epoch_size: int | None = None,
+        eval_per_source: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        bucket: bool = True,
+        tokenize_workers: int | str = "auto",
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
+    ) -> None:
+        super().__init__(**shared_arguments(locals()))
+        if tokenizer is None:
+            raise ValueError(
+                "tokenizer=None is not accepted: PreferenceDataModule tokenizes records as "
+                "TRL does, with your tokenizer; give a transformers tokenizer, or a "
+                "tokenizers.Tokenizer (with chat_template= for message lists)."
+            )
+        check_bool(packing, "packing")
+        check_int(seq_length, "seq_length", 2, allow_none=True)
+        check_int(max_length, "max_length", 1, allow_none=True)
+        check_bool(bucket, "bucket")
+        check_choice(overlong, "overlong", OVERLONG)
+        check_on_error(on_error)
+        if packing and seq_length is None:
+            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
+        if not packing and seq_length is not None:
+            raise ValueError(
+                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
+                "or max_length= for the longest padded sequence."
+            )
+        if packing and max_length is not None:
+            raise ValueError(
+                f"max_length={max_length} limits padded sequences; with packing=True the limit "
+                f"is seq_length={seq_length} for a pair's two sequences: drop max_length."
+            )
+        self.renderer = PreferenceRenderer(
+            tokenizer, chat_template, None if packing else max_length,
+            seq_length if packing else None, overlong,
+        )  # fmt: skip
+        self.tokenizer = tokenizer
+        self.packing, self.seq_length, self.max_length = packing, seq_length, max_length
+        self.overlong, self.on_error, self.bucket = overlong, on_error, bucket
+        self.pad_to_multiple_of = None  # read by the blends' padded views
+        files, sources = self._check_inputs(pairs, train_file, val_file, test_file)
+        check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        self.blends = TokenBlends(
+            self, sources, epoch_size, eval_per_source,
+            read=self._read_source, files_of=_source_paths, given=self._given_split,
+            seq_length=seq_length if packing else None, pack_mode="whole",
+            seed=self.shuffle_seed, unit="record", masked=True,
+            views=(PairMixedPackedView, PairMixedDocView),
+        )  # fmt: skip
+        self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
+        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
+            raise TypeError(
+                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
+                f"{cache_root('tokens')}) or False (tokenize at every setup)."
+            )
+        self.token_cache = token_cache
+        storage_options = restored_storage_options(storage_options)
+        remote = check_remote_options(storage_options, retries, timeout)
+        save_without_credentials(self, storage_options)
+        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
+        self.corpus = RecordCorpus(
+            pairs, files, self.renderer, on_error, directory, tokenize_workers, remote,
+            self._ranks, kind="preference",
+        )  # fmt: skip
+        self._documents: dict[str, PreferenceDocuments | BlendCorpus] = {}
+        self._planners: dict[str, PackPlanner] = {}
+        self._warned = False
+
+    def _check_inputs(
+        self, pairs: Any, train_file: Any, val_file: Any, test_file: Any
+    ) -> tuple[dict[str, list[str] | None], dict[str, list[Source] | None]]:
+        if pairs is not None and train_file is not None:
+            raise ValueError("give pairs or train_file, not both.")
+        overridden = type(self).load_pairs is not PreferenceDataModule.load_pairs
+        if pairs is None and train_file is None and not overridden:
+            raise ValueError(
+                "PreferenceDataModule needs data: pass pairs (a list of records or a "
+                "datasets.Dataset), train_file= (.jsonl / .parquet / .arrow files of records), "
+                "or override load_pairs()."
+            )
+        if pairs is not None and not (is_dataset(pairs) or isinstance(pairs, (list, tuple))):
+            raise TypeError(
+                f"pairs={type(pairs).__name__} is not accepted: use a list of records or a "
+                "datasets.Dataset."
+            )
+        files: dict[str, list[str] | None] = {}
+        sources: dict[str, list[Source] | None] = {}
+        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
+            name = SPLIT_FILES[split]
+            sources[split] = None if value is None else check_blend(value, name)
+            given = value is not None and sources[split] is None
+            files[split] = check_file_argument(value, name) if given else None
+        return files, sources
+
+    def _ranks(self) -> tuple[int, int]:
+        return store_ranks(self._trainer())
+
+    # ------------------------------------------------------------------ data
+    def load_pairs(self) -> Sequence[Any] | Any:
+        """The train records when neither ``pairs`` nor ``train_file`` is given: override it
+        to serve your own dataset (a list of records, or a ``datasets.Dataset``). Called once,
+        in the first ``setup``; the records are tokenized into the store keyed by them.
+
+        Returns:
+            The records (the default: ``pairs``).
+        """
+        return self.corpus.conversations
+
+    def documents(self, split: str) -> PreferenceDocuments | BlendCorpus:
+        """The records of ``split``'s own inputs (train: ``pairs``, ``train_file`` or
+        :meth:`load_pairs`), tokenized into the store first when missing; a blend of Sources
+        gives one per source."""
+        if split not in self._documents:
+            blend = self.blends.corpus(split)
+            if blend is not None:
+                self._documents[split] = blend
+            else:
+                loaded = split == "train" and self.corpus.files["train"] is None
+                if loaded and self.corpus.conversations is None:
+                    self.corpus.conversations = self._loaded()
+                self._documents[split] = PreferenceDocuments(self.corpus.store(split))
+        return self._documents[split]
+
+    def _loaded(self) -> Any:
+        records = self.load_pairs()
+        if not (is_dataset(records) or isinstance(records, (list, tuple))):
+            raise TypeError(
+                f"load_pairs() returned a {type(records).__name__}: return a list of records "
+                "or a datasets.Dataset."
+            )
+        return records
+
+    def _read_source(self, split: str, files: list[str], name: str) -> PreferenceDocuments:
+        """One source of a split's blend: its records, tokenized (or mapped) first."""
+        return PreferenceDocuments(self.corpus.store(split, files, name))
+
+    def _given_split(self, split: str) -> bool:
+        return self.corpus.has_split(split) or self.blends.sources.get(split) is not None
+
+    def _parts(self) -> list[PreferenceDocuments]:
+        return [p for d in self._documents.values() for p in getattr(d, "parts", [d])]
+
+    def build_dataset(self) -> PreferenceDocuments | BlendCorpus:
+        return self.documents("train")
+
+    def split_sources(self) -> dict[str, Any]:
+        given = [s for s in ("val", "test") if self.corpus.has_split(s) or self.blends.sources[s]]
+        return {s: self.documents(s) for s in given}
+
+    def setup(self, stage: str | None = None) -> None:
+        """Tokenizes (or maps) the records and splits them, once; refuses pairs mixed with
+        unpaired feedback; warns on rank 0 about records over the limit."""
+        super().setup(stage)
+        parts = self._parts()
+        if sum(p.kinds["pair"] for p in parts) and sum(p.kinds["unpaired"] for p in parts):
+            mixed = next(p for p in parts if p.kinds["unpaired"])
+            raise ValueError(
+                f"{mixed.where(0)}: the records mix preference pairs and unpaired feedback "
+                f"({self.kinds}); a DataModule serves one or the other."
+            )
+        if not self._warned and sum(p.overlong for p in parts):
+            self._warned = True
+            rank_zero_warn(f"PreferenceDataModule: {self._overlong_line()}")
+
+    @property
+    def kinds(self) -> dict[str, int]:
+        """Records kept by kind: ``{"pair": n, "unpaired": m}`` (after ``setup``)."""
+        parts = self._parts()
+        return {k: sum(p.kinds[k] for p in parts) for k in ("pair", "unpaired")}
+
+    @property
+    def paired(self) -> bool:
+        """Whether the records are pairs (else unpaired feedback)."""
+        return not self.kinds["unpaired"]
+
+    @property
+    def limit(self) -> int | None:
+        """The limit: ``seq_length`` (a pair's sequences together) when packing, else
+        ``max_length`` (each sequence)."""
+        return self.seq_length if self.packing else self.max_length
+
+    def _overlong_line(self) -> str:
+        parts = self._parts()
+        dropped, cut = sum(p.dropped for p in parts), sum(p.truncated for p in parts)
+        name = "seq_length" if self.packing else "max_length"
+        done = f"{dropped} dropped" if self.overlong == "drop" else f"{cut} truncated"
+        return (
+            f"{counted(dropped + cut, 'record')} over {name}={self.limit} ({done}, "
+            f"overlong={self.overlong!r}, the prompt's start cut first)"
+        )
+
+    @property
+    def skipped(self) -> Skipped:
+        """Records left out under ``on_error="skip"``, with where they are and why."""
+        return self.corpus.skipped
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the model must embed: the tokenizer's length."""
+        return int(self.renderer.vocab_size)
+
+    @property
+    def pad_id(self) -> int:
+        """The id written at padding: the tokenizer's pad id, else EOS, else 0."""
+        return int(self.renderer.pad_id)
+
+    # ------------------------------------------------------------------ views and samplers
+    def planner(self, split: str) -> PackPlanner:
+        """The pack planner of a split (``packing=True``): whole records, best fit."""
+        indices = self._require_setup()[split]
+        if split not in self._planners:
+            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
+            shuffle = self.shuffle and split == "train"
+            self._planners[split] = PackPlanner(
+                lengths, self.seq_length, "whole", shuffle, self.shuffle_seed
+            )
+        return self._planners[split]
+
+    def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
+        transform = self.transform_for(split)
+        if isinstance(dataset, BlendCorpus):
+            return self.blends.view(split, dataset, indices)
+        if self.packing:
+            return PairPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
+        return PairPaddedView(dataset, indices, transform, self.pad_id)
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        train = split == "train"
+        if hasattr(view, "mixture"):  # a blend (datamodules/tokens/blends.py)
+            return self.blends.sampler(split, view, rank, world)
+        if isinstance(view, PairPackedView):
+            return PackedRowSampler(
+                view.planner,
+                self.batch_size,
+                drop_last=self.drop_last and train,
+                num_replicas=world,
+                rank=rank,
+            )
+        assert isinstance(view, PairPaddedView)
+        return BucketBatchSampler(
+            view.lengths,
+            self.batch_size,
+            bucket=self.bucket and train,
+            shuffle=self.shuffle and train,
+            drop_last=self.drop_last and train,
+            seed=self.shuffle_seed,
+            num_replicas=world,
+            rank=rank,
+        )
+
+    # ------------------------------------------------------------------ blends
+    def mixture(self, split: str) -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of a blended split, else None."""
+        return self.blends.mixture(split)
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The units (packed rows with ``packing=True``, else records) each source gives in
+        ``epoch``, by source name.
+
+        Raises:
+            ValueError: The split is not a blend.
+        """
+        return self.blends.quotas(epoch, split)
+
+    def source_names(self, split: str) -> list[str]:
+        """The names of a blended split's sources, in order; empty for one input."""
+        return self.blends.source_names(split)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs the train epoch's quotas as ``mix/<name>`` at its first batch (a blend)."""
+        self.blends.log_mix()
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
+    def make_loader(self, split: str) -> Any:
+        """The base's loader; a blend's train loader re-measured after a held epoch."""
+        return self.blends.on_loader(split, super().make_loader(split))
+
+    def val_dataloader(self) -> Any:
+        """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("val"):
+            return self.blends.source_loaders("val")
+        return super().val_dataloader()
+
+    def test_dataloader(self) -> Any:
+        """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("test"):
+            return self.blends.source_loaders("test")
+        return super().test_dataloader()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Checks a checkpoint's train blend against this one, then restores as the base does."""
+        super().load_state_dict(self.blends.check_state(state_dict))
+
+    # ------------------------------------------------------------------ summary
+    def extra_summary(self) -> list[str]:
+        """The store, records, tokens and completion tokens per input, overlong and skipped
+        records, and (packing) the rows' fill."""
+        lines = [
+            "  records: " + (f"packed into rows of {self.seq_length}" if self.packing else "padded")
+        ]
+        if self.split_indices is None:
+            return lines
+        for split, given in self._documents.items():
+            names = getattr(given, "names", [None])
+            for name, docs in zip(names, getattr(given, "parts", [given]), strict=True):
+                kinds = ", ".join(f"{counted(n, k)}" for k, n in docs.kinds.items() if n)
+                lines.append(
+                    f"  {split} {'inputs' if name is None else f'source {name!r}'}: "
+                    f"{kinds or 'no records'}, {docs.num_tokens:,} tokens, "
+                    f"{docs.trained_tokens:,} in completions (store {docs.path})"
+                )
+            if split == "train" and self.mixture("train") is not None:
+                epoch = getattr(self._samplers.get("train"), "epoch", 0)
+                lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
+        if self.limit is not None:
+            lines.append(f"  overlong: {self._overlong_line()}")
+        lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
+        if self.packing:
+            sampler = self._samplers.get("train")
+            for split, idx in self.split_indices.items():
+                if len(idx) and not isinstance(self.split_datasets[split], BlendCorpus):
+                    epoch = sampler.epoch if split == "train" and sampler is not None else 0
+                    lines.append("  " + packing_lines(self.planner(split), split, epoch))
+        return lines
+
+
+def _source_paths(split: str, source: Source) -> list[str]:
+    """What a blend reads for a source, as plain data (kept in the checkpoint's mix)."""
+    return list(source.paths)
