@@ -33,6 +33,7 @@ from datamodules import (
     ChatDataModule,
     ImageFolderDataModule,
     ImageTextDataModule,
+    PreferenceDataModule,
     Source,
     StreamingDataModule,
     TensorDataModule,
@@ -391,6 +392,33 @@ def chat_case(tmp_path: Path) -> RichCase:
     )
 
 
+def preference_case(tmp_path: Path) -> RichCase:
+    """Packed preference pairs from a JSONL file, the tokenizer given again on reload."""
+    from tests.datamodules.chat.chat_data import chat_tokenizer
+    from tests.datamodules.preference.pref_data import messages_pairs
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in messages_pairs(40)))
+    tokenizer = chat_tokenizer()
+    return RichCase(
+        make=lambda: PreferenceDataModule(
+            train_file=path,
+            tokenizer=tokenizer,
+            packing=True,
+            seq_length=192,
+            overlong="truncate",
+            token_cache=tmp_path / "tokens",
+            tokenize_workers=0,
+            val_split=0,
+            batch_size=2,
+            num_workers=0,
+        ),
+        batch_ids=lambda batch: [hash(tuple(row)) for row in batch["input_ids"].tolist()],
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
 def image_text_conversations_case(tmp_path: Path) -> RichCase:
     """Conversations about 1-3 images per record, packed under both budgets."""
     from tests.datamodules.image_text.test_conversations import record_ids
@@ -433,6 +461,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "stream-image-records": image_stream_case,
     "chat-packed": chat_case,
     "image-text-conversations": image_text_conversations_case,
+    "preference-packed": preference_case,
 }
 
 
