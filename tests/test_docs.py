@@ -214,6 +214,23 @@ def check_chat_renderer(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert labels[: len(ids) - len(kept)] == [-100] * (len(ids) - len(kept))
 
 
+def check_preference_subclass(
+    run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.datamodules.chat.chat_data import raw_tokenizer
+
+    raw_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    dm = run()["SumPairs"](tokenizer_file=str(tmp_path / "tokenizer.json"), n=8, batch_size=8)
+    dm.setup("fit")
+    assert dm.split_size("train") == 7 and dm.paired
+    batch = next(iter(dm.val_dataloader()))  # one pair: its chosen row, then its rejected one
+    tok = dm.renderer.tokenizer
+    rows = zip(batch["input_ids"], batch["attention_mask"].bool(), strict=True)
+    chosen, rejected = (tok.decode(row[mask]) for row, mask in rows)
+    assert chosen.endswith(".<|im_end|>") and rejected.endswith(".<|im_end|>")
+    assert int(chosen.split()[-1][:-11]) + 1 == int(rejected.split()[-1][:-11])
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -228,6 +245,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "image-text": check_image_text,
     "pack-labels": check_pack_labels,
     "chat-renderer": check_chat_renderer,
+    "preference-subclass": check_preference_subclass,
 }
 
 
@@ -248,7 +266,7 @@ def test_runnable_block(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_subclass_examples_stay_short() -> None:
     """The docs promise a subclass of each DataModule in under 20 lines."""
-    for name in ("wine", "csv-images", "surnames", "pairs"):
+    for name in ("wine", "csv-images", "surnames", "pairs", "preference-subclass"):
         lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
         assert len(lines) < 20, f"{name}: {len(lines)} lines"
 

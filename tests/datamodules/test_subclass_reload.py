@@ -76,11 +76,21 @@ def stream(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     return dm, {"root": str(tmp_path), "batch_size": 2, "num_workers": 0, "index_cache": False}
 
 
+def preference(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
+    from tests.datamodules.chat.chat_data import raw_tokenizer
+
+    raw_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    file = str(tmp_path / "tokenizer.json")
+    dm = runner("preference-subclass")()["SumPairs"](tokenizer_file=file, n=20, batch_size=4)
+    return dm, {"tokenizer_file": file, "n": 20, "batch_size": 4}
+
+
 CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "tensor-docs-wine": wine,
     "image-folder-docs-csv-images": csv_images,
     "text": text,
     "streaming": stream,
+    "preference-docs-subclass": preference,
 }
 
 
