@@ -214,9 +214,7 @@ def check_chat_renderer(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert labels[: len(ids) - len(kept)] == [-100] * (len(ids) - len(kept))
 
 
-def check_preference_subclass(
-    run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def check_preference_subclass(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.datamodules.chat.chat_data import raw_tokenizer
 
     raw_tokenizer().save(str(tmp_path / "tokenizer.json"))
