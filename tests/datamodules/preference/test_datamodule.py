@@ -294,3 +294,35 @@ def test_tokenized_once_a_second_setup_maps_the_store(tmp_path: Any) -> None:
     other = make(max_length=1000)  # another limit: another store
     other.setup("fit")
     assert other.split_datasets["train"].path != first.split_datasets["train"].path
+
+
+class _Model(RecordingModel):
+    def __init__(self) -> None:
+        super().__init__(lambda batch: batch["chosen_index"].flatten().tolist())
+
+
+def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(tmp_path: Any) -> None:
+    import json
+
+    from lightning.pytorch.cli import LightningCLI
+
+    from tests.datamodules.chat.chat_data import tokenizer_config
+
+    tokenizer = tokenizer_config(raw_tokenizer(), tmp_path / "tokenizer.json")
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in messages_pairs(12)))
+    args = {
+        "--data.train_file": str(path), "--data.tokenizer": tokenizer,
+        "--data.chat_template": CHATML, "--data.packing": "true", "--data.seq_length": "256",
+        "--data.token_cache": str(tmp_path / "c"), "--data.val_split": "0",
+        "--data.tokenize_workers": "0", "--data.num_workers": "0", "--trainer.max_steps": "2",
+        "--trainer.accelerator": "cpu", "--trainer.logger": "false",
+        "--trainer.enable_checkpointing": "false", "--trainer.enable_progress_bar": "false",
+    }  # fmt: skip
+    flat = [x for kv in args.items() for x in kv]
+    cli = LightningCLI(
+        _Model, PreferenceDataModule, run=False, args=flat, save_config_callback=None
+    )
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 2 and cli.datamodule.seq_length == 256
+    assert cli.datamodule.hparams["chat_template"] == CHATML
