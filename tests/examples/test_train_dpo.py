@@ -63,7 +63,7 @@ def test_a_fast_run_lifts_the_held_out_preference_accuracy(tmp_path: Path) -> No
     assert process.returncode == 0, err[-4000:]
     assert "PreferenceDataModule" in out and "packed into rows of 128" in out  # its summary
     line = re.search(
-        r"held-out preference accuracy: (\d\.\d+) before DPO, (\d\.\d+) after 150 DPO steps", out
+        r"held-out preference accuracy: (\d\.\d+) before DPO, (\d\.\d+) after 100 DPO steps", out
     )
     assert line, out[-3000:]
     before, after = map(float, line.groups())
