@@ -326,3 +326,26 @@ def test_lightning_cli_builds_it_with_a_tokenizer_from_its_file(tmp_path: Any) -
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert cli.trainer.global_step == 2 and cli.datamodule.seq_length == 256
     assert cli.datamodule.hparams["chat_template"] == CHATML
+
+
+def test_remote_files_over_http_give_the_local_batches(tmp_path: Any) -> None:
+    import json
+
+    from tests.counting_http import counting_server
+
+    records = messages_pairs(12, seed=13)
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tokenizer = chat_tokenizer()
+    local = [b["input_ids"] for b in ours(records, tokenizer, batch_size=4).train_dataloader()]
+    with counting_server(tmp_path / "data") as server:
+        dm = PreferenceDataModule(
+            train_file=f"{server.url}/pairs.jsonl", tokenizer=tokenizer, val_split=0,
+            shuffle=False, bucket=False, tokenize_workers=0, token_cache=str(tmp_path / "c"),
+            batch_size=4,
+        )  # fmt: skip
+        dm.setup("fit")
+        got = [b["input_ids"] for b in dm.train_dataloader()]
+        assert server.total_bytes >= path.stat().st_size
+    assert all(torch.equal(a, b) for a, b in zip(got, local, strict=True))
