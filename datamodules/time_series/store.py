@@ -1,0 +1,422 @@
+"""The series store: written once, memory-mapped by every later setup, rank and worker.
+
+A store is a directory of ``.npy`` files plus ``meta.json``:
+
+* ``targets.npy`` (N, C) and ``covariates.npy`` (N, K + O) float32: every series' steps laid
+  end to end on its grid (NaN where a step is missing or a value is NaN);
+* ``offsets.npy`` (S + 1): where each series starts; ``grid_start.npy`` (S): its first step's
+  row in ``calendar.npy`` (G, F), the calendar features of the grid;
+* ``static_categorical.npy`` (S, n) int64 codes (0: a category never seen in training),
+  ``static_real.npy`` (S, m) float32;
+* ``train_end.npy`` / ``val_end.npy`` (S): where each series' train and validation parts end
+  (splits in time), ``fit_end.npy`` (S): the steps its scaler was fitted on;
+* ``loc.npy`` / ``scale.npy`` (S, C): the fitted scalers;
+* ``meta.json``: the series ids, the categorical vocabularies, the series left out and why.
+
+:func:`build_store` writes one from :class:`~datamodules.time_series.inputs.LongColumns`
+(sorted by an index, never a copy of the frame), into a temporary directory renamed into place;
+:class:`SeriesStore` maps one. Stores are keyed by the data and the arguments that change
+them (:func:`store_key`), so a later setup with the same inputs maps and reads nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from datamodules.time_series.calendar import Grid, calendar_names, calendar_table
+from datamodules.time_series.inputs import LongColumns
+from datamodules.time_series.series import check_numeric, fit_ranges, split_parts
+
+__all__ = ["SeriesStore", "StoreSpec", "build_store", "data_digest", "store_key"]
+
+#: Bumped when the layout of a store changes.
+VERSION = 1
+
+
+@dataclass
+class StoreSpec:
+    """The arguments that change what a store holds."""
+
+    targets: list[str]
+    known: list[str]
+    observed: list[str]
+    static_categorical: list[str]
+    static_real: list[str]
+    freq: str | None
+    context_length: int
+    prediction_length: int
+    min_length: int
+    scaler: str | None
+    split_by: str
+    val_split: float | int
+    test_split: float | int
+    split_seed: int
+    splits: dict[str, list[int]] | None = None
+    on_error: str = "raise"
+    time_column: str | None = None
+    id_column: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _digest_array(digest: Any, array: np.ndarray) -> None:
+    if array.dtype == object:
+        import pandas as pd
+
+        array = pd.util.hash_array(array, categorize=False)
+    digest.update(str(array.dtype).encode())
+    digest.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
+
+
+def data_digest(columns: LongColumns) -> str:
+    """A hash of the inputs: the files' versions, or every value in memory."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    if columns.signature:
+        digest.update(json.dumps(columns.signature, sort_keys=True, default=str).encode())
+        return digest.hexdigest()
+    digest.update(json.dumps(columns.ids, default=str).encode())
+    _digest_array(digest, columns.codes)
+    if columns.time is not None:
+        _digest_array(digest, columns.time)
+    for name in sorted(columns.columns):
+        digest.update(name.encode())
+        _digest_array(digest, columns.columns[name])
+    return digest.hexdigest()
+
+
+def store_key(data: str, spec: StoreSpec) -> str:
+    """The store's name: the data's digest and the arguments that change the store."""
+    text = json.dumps([VERSION, data, asdict(spec)], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:24]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+class SeriesStore:
+    """A mapped store (see the module docstring). Pickles as its path: workers remap it.
+
+    Args:
+        path: The store's directory.
+    """
+
+    ARRAYS = (
+        "targets", "covariates", "offsets", "grid_start", "calendar", "static_categorical",
+        "static_real", "train_end", "val_end", "fit_end", "loc", "scale",
+    )  # fmt: skip
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(os.path.join(path, "meta.json")) as f:
+            self.meta: dict[str, Any] = json.load(f)
+        self._map()
+
+    def _map(self) -> None:
+        for name in self.ARRAYS:
+            setattr(self, name, np.load(os.path.join(self.path, f"{name}.npy"), mmap_mode="r"))
+        self.lengths = np.diff(np.asarray(self.offsets))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "meta": self.meta}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path, self.meta = state["path"], state["meta"]
+        self._map()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def ids(self) -> list[Any]:
+        """The series ids, in store order."""
+        return self.meta["ids"]
+
+    @property
+    def margin(self) -> int:
+        """Calendar rows kept before each series' first step (for left-padded context)."""
+        return int(self.meta["margin"])
+
+
+def _write(directory: str, name: str, array: np.ndarray) -> None:
+    np.save(os.path.join(directory, f"{name}.npy"), np.ascontiguousarray(array))
+
+
+def _open(directory: str, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    return np.lib.format.open_memmap(
+        os.path.join(directory, f"{name}.npy"), mode="w+", dtype=dtype, shape=shape
+    )
+
+
+def _static_values(
+    values: np.ndarray, sorted_rows: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+    name: str, ids: list[Any], present: np.ndarray, kind: str,
+) -> np.ndarray:  # fmt: skip
+    """One value per series of a static column, refusing one that varies within a series."""
+    ordered = values[sorted_rows]
+    first = ordered[starts]
+    same = ordered == np.repeat(first, counts)
+    if ordered.dtype.kind == "f":
+        same |= np.isnan(ordered) & np.repeat(np.isnan(first), counts)
+    if not same.all():
+        row = int(np.flatnonzero(~same)[0])
+        series = int(np.searchsorted(starts, row, side="right") - 1)
+        raise ValueError(
+            f"{kind} column {name!r} varies within series {ids[present[series]]!r} "
+            f"({first[series]!r} and {ordered[row]!r}): a static column holds one value per "
+            "series."
+        )
+    return first
+
+
+def build_store(
+    columns: LongColumns, spec: StoreSpec, directory: str, grid_of: Any
+) -> tuple[SeriesStore, list[tuple[str, str]]]:
+    """Writes the store of ``columns`` under ``directory`` (renamed into place) and maps it.
+
+    Args:
+        columns: The rows.
+        spec: The arguments that shape the store.
+        directory: The store's final directory.
+        grid_of: ``grid_of(time, codes, ids) -> (positions, Grid)`` (see
+            :func:`~datamodules.time_series.calendar.grid_positions`).
+
+    Returns:
+        The mapped store and the series left out, as ``(where, why)`` pairs.
+
+    Raises:
+        ValueError: A duplicated (series, time) pair, a time off ``freq``, a static column
+            that varies within a series, no series long enough, or (``on_error="raise"``) a
+            series without an observed target value in its train part.
+        TypeError: A non-numeric target, covariate or static real column.
+    """
+    ids, codes, n = columns.ids, columns.codes, columns.rows
+    for kind, names in (("target", spec.targets), ("known", spec.known),
+                        ("observed", spec.observed), ("static_real", spec.static_real)):  # fmt: skip
+        for name in names:
+            columns.columns[name] = check_numeric(columns.columns[name], name, kind, codes, ids)
+    grid = Grid(None, 0)
+    if columns.time is None:
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        positions = None
+    else:
+        positions, grid = grid_of(columns.time, codes, ids)
+        order = np.lexsort((positions, codes))
+        sorted_codes = codes[order]
+    boundary = np.flatnonzero(np.diff(sorted_codes)) + 1
+    starts = np.concatenate([[0], boundary]).astype(np.int64) if n else np.zeros(0, np.int64)
+    present = sorted_codes[starts] if n else np.zeros(0, np.int64)
+    counts = np.diff(np.concatenate([starts, [n]])).astype(np.int64)
+    if positions is None:
+        local = np.arange(n, dtype=np.int64) - np.repeat(starts, counts)
+        first_pos = np.zeros(len(starts), dtype=np.int64)
+    else:
+        sorted_pos = positions[order]
+        del positions
+        same = np.flatnonzero((np.diff(sorted_codes) == 0) & (np.diff(sorted_pos) == 0))
+        if len(same):
+            row = int(order[same[0]])
+            raise ValueError(
+                f"series {ids[codes[row]]!r} has two rows at {columns.time_column}="
+                f"{columns.time[row]!r} (rows {int(order[same[0]])} and "
+                f"{int(order[same[0] + 1])}): each (series, time) pair must be unique."
+            )
+        first_pos = sorted_pos[starts]
+        local = sorted_pos - np.repeat(first_pos, counts)
+        del sorted_pos
+    lengths = (local[np.concatenate([starts[1:], [n]]) - 1] + 1) if n else np.zeros(0, np.int64)
+    if len(lengths) == 0:
+        raise ValueError("the data holds no series: nothing to train on.")
+    # Split parts and drops, per present series.
+    train_end, val_end = split_parts(lengths, spec.val_split, spec.test_split, spec.split_by)
+    skipped: list[tuple[str, str]] = []
+    keep = lengths >= spec.min_length
+    if not keep.any():
+        longest = int(np.argmax(lengths))
+        raise ValueError(
+            f"context_length={spec.context_length} + prediction_length="
+            f"{spec.prediction_length} (min_length={spec.min_length}) is longer than every "
+            f"series: the longest, {ids[present[longest]]!r}, has {int(lengths[longest])} "
+            "steps. Use a shorter context_length or prediction_length, or min_length= down to "
+            "prediction_length + 1 (windows then left-pad the context with observed 0)."
+        )
+    for s in np.flatnonzero(~keep).tolist():
+        skipped.append(
+            (f"series {ids[present[s]]!r}",
+             f"{int(lengths[s])} steps, shorter than min_length={spec.min_length}")
+        )  # fmt: skip
+    held = fit_ranges(lengths, train_end, spec.split_by, spec.prediction_length)
+    # Observed target values in each series' fitted part.
+    sorted_codes_rank = np.repeat(np.arange(len(starts)), counts)
+    in_fit = local < held[sorted_codes_rank]
+    observed_rows = np.zeros(n, dtype=bool)
+    for name in spec.targets:
+        observed_rows |= ~np.isnan(columns.columns[name][order])
+    seen = np.bincount(sorted_codes_rank[in_fit & observed_rows], minlength=len(starts))
+    empty = keep & (seen == 0)
+    for s in np.flatnonzero(empty).tolist():
+        why = (
+            f"no observed {spec.targets[0] if len(spec.targets) == 1 else spec.targets} value "
+            f"in its train part (steps 0..{int(held[s])} of {int(lengths[s])}; "
+            f"val_split={spec.val_split!r}, test_split={spec.test_split!r})"
+        )
+        if spec.on_error == "raise":
+            raise ValueError(
+                f"series {ids[present[s]]!r} has {why}: its scaler has nothing to fit on. Give "
+                "on_error='skip' to leave such series out (counted), or smaller splits."
+            )
+        skipped.append((f"series {ids[present[s]]!r}", why))
+    keep &= ~empty
+    if not keep.any():
+        raise ValueError("every series was left out: " + "; ".join(w for _, w in skipped[:3]))
+    train_series = np.ones(int(keep.sum()), dtype=bool)
+    if spec.split_by == "series":  # the split the DataModule makes, over the kept series
+        from datamodules.core.splits import compute_split_indices
+
+        parts = compute_split_indices(
+            int(keep.sum()), explicit=spec.splits, val_split=spec.val_split,
+            test_split=spec.test_split, seed=spec.split_seed,
+        )  # fmt: skip
+        train_series[:] = False
+        train_series[parts["train"].numpy()] = True
+        held[np.flatnonzero(keep)[train_series]] = lengths[keep][train_series]
+    return _write_store(
+        columns, spec, directory, grid, order, starts, counts, present, local, lengths, keep,
+        train_end, val_end, held, skipped, first_pos, train_series,
+    )  # fmt: skip
+
+
+def _write_store(
+    columns: LongColumns, spec: StoreSpec, directory: str, grid: Grid, order: np.ndarray,
+    starts: np.ndarray, counts: np.ndarray, present: np.ndarray, local: np.ndarray,
+    lengths: np.ndarray, keep: np.ndarray, train_end: np.ndarray, val_end: np.ndarray,
+    held: np.ndarray, skipped: list[tuple[str, str]], first_pos: np.ndarray,
+    train_series: np.ndarray,
+) -> tuple[SeriesStore, list[tuple[str, str]]]:  # fmt: skip
+    ids = columns.ids
+    kept = np.flatnonzero(keep)
+    new_code = np.cumsum(keep) - 1
+    rank_of_row = np.repeat(np.arange(len(starts)), counts)
+    row_kept = keep[rank_of_row]
+    src = order[row_kept]
+    series_of_row = new_code[rank_of_row[row_kept]]
+    kept_lengths = lengths[kept]
+    offsets = np.concatenate([[0], np.cumsum(kept_lengths)]).astype(np.int64)
+    dense = offsets[series_of_row] + local[row_kept]
+    del rank_of_row, row_kept
+    total, S = int(offsets[-1]), len(kept)
+    os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(directory) or ".")
+    try:
+        targets = _open(tmp, "targets", (total, len(spec.targets)), np.float32)
+        targets[:] = np.nan
+        loc = np.zeros((S, len(spec.targets)), dtype=np.float32)
+        scale = np.ones((S, len(spec.targets)), dtype=np.float32)
+        fit_end = held[kept]
+        fitted = (dense - offsets[series_of_row]) < fit_end[series_of_row]
+        for c, name in enumerate(spec.targets):
+            values = columns.columns[name][src].astype(np.float64, copy=False)
+            targets[dense, c] = values
+            loc[:, c], scale[:, c] = _fit_scaler(values, fitted, series_of_row, S, spec.scaler)
+            del values
+        targets.flush()
+        del targets
+        dynamic = [*spec.known, *spec.observed]
+        covariates = _open(tmp, "covariates", (total, len(dynamic)), np.float32)
+        if dynamic:
+            covariates[:] = np.nan
+        for c, name in enumerate(dynamic):
+            covariates[dense, c] = columns.columns[name][src]
+        covariates.flush()
+        del covariates, dense, fitted
+        sorted_rows = order
+        categorical = np.zeros((S, len(spec.static_categorical)), dtype=np.int64)
+        vocabularies: dict[str, list[Any]] = {}
+        for c, name in enumerate(spec.static_categorical):
+            first = _static_values(columns.columns[name], sorted_rows, starts, counts, name, ids,
+                                   present, "static_categorical")[kept]  # fmt: skip
+            categorical[:, c], vocabularies[name] = _encode(first, train_series)
+        real = np.zeros((S, len(spec.static_real)), dtype=np.float32)
+        for c, name in enumerate(spec.static_real):
+            real[:, c] = _static_values(columns.columns[name], sorted_rows, starts, counts, name,
+                                        ids, present, "static_real")[kept]  # fmt: skip
+        margin = spec.context_length + spec.prediction_length
+        first_grid = first_pos[kept]
+        low = int(first_grid.min()) - margin
+        high = int((first_grid + kept_lengths).max())
+        table = calendar_table(grid, low, high - low) if grid.offset is not None else (
+            np.zeros((0, 0), dtype=np.float32))  # fmt: skip
+        _write(tmp, "calendar", table)
+        _write(tmp, "grid_start", (first_grid - low) if grid.offset is not None else first_grid)
+        _write(tmp, "offsets", offsets)
+        _write(tmp, "static_categorical", categorical)
+        _write(tmp, "static_real", real)
+        _write(tmp, "train_end", train_end[kept])
+        _write(tmp, "val_end", val_end[kept])
+        _write(tmp, "fit_end", fit_end)
+        _write(tmp, "loc", loc)
+        _write(tmp, "scale", scale)
+        meta = {
+            "version": VERSION,
+            "ids": [_plain(ids[present[s]]) for s in kept],
+            "vocabularies": vocabularies,
+            "skipped": skipped,
+            "calendar": calendar_names(grid.offset),
+            "origin": grid.origin,
+            "calendar_start": low if grid.offset is not None else 0,
+            "margin": margin,
+            "rows": columns.rows,
+        }
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        try:
+            os.rename(tmp, directory)
+        except OSError:  # another process wrote the same store first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return SeriesStore(directory), skipped
+
+
+def _encode(values: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Codes 1.. for the categories of the fitted series (sorted), 0 for any other."""
+    import pandas as pd
+
+    text = np.array([str(v) for v in values], dtype=object)
+    vocabulary = sorted(set(text[fitted].tolist()))
+    lookup = pd.Index(vocabulary)
+    codes = lookup.get_indexer(text) + 1 if len(vocabulary) else np.zeros(len(text), np.int64)
+    return codes.astype(np.int64), vocabulary
+
+
+def _fit_scaler(
+    values: np.ndarray, fitted: np.ndarray, series: np.ndarray, count: int, scaler: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-series loc and scale over the fitted, observed values."""
+    loc = np.zeros(count)
+    scale = np.ones(count)
+    if scaler is None:
+        return loc, scale
+    use = fitted & ~np.isnan(values)
+    seen = np.maximum(np.bincount(series[use], minlength=count), 1)
+    if scaler == "mean":
+        scale = np.bincount(series[use], weights=np.abs(values[use]), minlength=count) / seen
+    else:
+        loc = np.bincount(series[use], weights=values[use], minlength=count) / seen
+        centred = values[use] - loc[series[use]]
+        scale = np.sqrt(np.bincount(series[use], weights=centred**2, minlength=count) / seen)
+    scale = np.where(scale > 1e-8 * np.maximum(np.abs(loc), 1), scale, 1.0)
+    return loc, scale
