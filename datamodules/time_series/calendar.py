@@ -1,4 +1,4 @@
-"""Time on a grid: steps at ``freq`` (pandas offset aliases) or integer steps, and calendar features.
+"""Time on a grid (steps at ``freq``, a pandas offset alias, or integers); calendar features.
 
 :func:`grid_positions` places every row's time on one global grid of steps (position 0 at the
 earliest time), refusing a time that is not a step of ``freq`` from there;
@@ -113,9 +113,9 @@ def grid_positions(
                 bad = np.flatnonzero(ns == origin)
                 positions = np.zeros(len(ns), dtype=np.int64)
             else:
-                count = len(
-                    __import__("pandas").date_range(first, periods=None, end=ns.max(), freq=offset)
-                )
+                import pandas as pd
+
+                count = len(pd.date_range(first, end=pd.Timestamp(int(ns.max())), freq=offset))
                 stamps = grid.timestamps(0, count).asi8
                 positions = np.searchsorted(stamps, ns)
                 inside = np.minimum(positions, len(stamps) - 1)

@@ -202,8 +202,8 @@ def build_store(
         TypeError: A non-numeric target, covariate or static real column.
     """
     ids, codes, n = columns.ids, columns.codes, columns.rows
-    for kind, names in (("target", spec.targets), ("known", spec.known),
-                        ("observed", spec.observed), ("static_real", spec.static_real)):  # fmt: skip
+    numeric = {"target": spec.targets, "known": spec.known, "observed": spec.observed}
+    for kind, names in {**numeric, "static_real": spec.static_real}.items():
         for name in names:
             columns.columns[name] = check_numeric(columns.columns[name], name, kind, codes, ids)
     grid = Grid(None, 0)
