@@ -149,9 +149,9 @@ def grid_positions(
 _FEATURES = {
     "minute_of_hour": ("minute", 0, 59),
     "hour_of_day": ("hour", 0, 23),
-    "day_of_week": ("dayofweek", 0, 6),
+    "day_of_week": ("day_of_week", 0, 6),
     "day_of_month": ("day", 1, 31),
-    "day_of_year": ("dayofyear", 1, 366),
+    "day_of_year": ("day_of_year", 1, 366),
     "month_of_year": ("month", 1, 12),
 }
 
