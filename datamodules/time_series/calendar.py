@@ -166,8 +166,8 @@ def calendar_names(offset: Any) -> list[str]:
         return list(_FEATURES)
     if nanos is not None and nanos < day:
         return list(_FEATURES)[1:]
-    name = offset.name if hasattr(offset, "name") else ""
-    if (nanos is not None and nanos < 7 * day) or name in ("B", "C"):
+    name = str(getattr(offset, "rule_code", ""))
+    if (nanos is not None and nanos < 7 * day) or name in ("D", "B", "C"):
         return ["day_of_week", "day_of_month", "day_of_year", "month_of_year"]
     if nanos is not None or name.startswith("W"):
         return ["day_of_month", "day_of_year", "month_of_year"]

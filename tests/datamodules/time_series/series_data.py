@@ -77,8 +77,9 @@ def long_frame(
     return pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=0)
 
 
-def frame_datamodule(frame: pd.DataFrame | None = None, **kwargs: Any) -> TimeSeriesDataModule:
-    """A DataModule over :func:`long_frame` with every kind of column."""
+def frame_datamodule(frame: Any = ..., **kwargs: Any) -> TimeSeriesDataModule:
+    """A DataModule over ``frame`` (default :func:`long_frame`; None with ``files=``) with every
+    kind of column."""
     defaults: dict[str, Any] = {
         "id_column": "id",
         "time_column": "time",
@@ -95,7 +96,7 @@ def frame_datamodule(frame: pd.DataFrame | None = None, **kwargs: Any) -> TimeSe
         "batch_size": 8,
     }
     defaults.update(kwargs)
-    return TimeSeriesDataModule(long_frame() if frame is None else frame, **defaults)
+    return TimeSeriesDataModule(long_frame() if frame is ... else frame, **defaults)
 
 
 def window_keys(batch: dict[str, torch.Tensor], context: int) -> list[tuple[int, int]]:

@@ -129,7 +129,6 @@ def test_covariates_calendar_static_and_scaler() -> None:
     steps = batch["window_start"][:, None] + torch.arange(C + H)
     past, future = batch["past_time_features"], batch["future_time_features"]
     known = torch.cat([past[..., 0], future[..., 0]], 1)
-    visible = torch.cat([batch["past_observed_mask"], batch["future_observed_mask"]], 1)
     # The known covariate is the step itself (0 at the missing rows 5 and 6).
     gap = (steps == 5) | (steps == 6)
     assert torch.equal(known[~gap], steps[~gap].float()) and not known[gap].any()
