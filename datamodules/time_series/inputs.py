@@ -11,7 +11,6 @@ without copying where NumPy allows; nothing here sorts or fills (the store does)
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,65 +183,19 @@ def _file_signature(paths: list[str], options: Any) -> list[Any]:
     return [[p, file_version(p, options)] for p in paths]
 
 
-def _read_table(path: str, columns: list[str], options: Any) -> Any:
-    """One long-format file as a pyarrow Table of ``columns`` (through the shard layer)."""
-    import pyarrow as pa
-
-    from datamodules.shards.formats import detect_format
-
-    fmt, compression = detect_format(path)
-    if fmt == "parquet":
-        from datamodules.shards.parquet import parquet_batches, parquet_file
-
-        with parquet_file(path, options) as pf:
-            have = pf.schema_arrow.names
-            _check_file_columns(path, have, columns)
-            return pa.Table.from_batches(list(parquet_batches(pf, path, columns=columns)))
-    if fmt == "arrow":
-        from datamodules.shards.arrow import arrow_columns, read_arrow_batches
-
-        _check_file_columns(path, arrow_columns(path, options), columns)
-        return pa.Table.from_batches(
-            list(read_arrow_batches(path, columns=columns, options=options))
-        )
-    if fmt in ("csv", "tsv"):
-        import pyarrow.csv as pacsv
-
-        from datamodules.remote.files import decompress, open_binary
-
-        with decompress(open_binary(path, 0, options), compression) as handle:
-            parse = pacsv.ParseOptions(delimiter="," if fmt == "csv" else "\t")
-            table = pacsv.read_csv(handle, parse_options=parse)
-        _check_file_columns(path, table.column_names, columns)
-        return table.select(columns)
-    raise ValueError(
-        f"files: {path!r} is a {fmt} file; long-format series are read from Parquet, Arrow, "
-        "CSV or TSV files."
-    )
-
-
-def _check_file_columns(path: str, have: Sequence[str], wanted: list[str]) -> None:
-    missing = [c for c in wanted if c not in have]
-    if missing:
-        raise ValueError(
-            f"column {missing[0]!r} is not in {path}: its columns are {list(have)}; name an "
-            "existing column (id_column, time_column, target, known, observed, "
-            "static_categorical, static_real)."
-        )
-
-
 def _files(
     files: Any, id_column: str | None, time_column: str | None, wanted: list[str], options: Any
 ) -> LongColumns:
     import pyarrow as pa
 
     from datamodules.shards.formats import expand_files
+    from datamodules.shards.tables import read_table
 
     paths = expand_files(files if not isinstance(files, os.PathLike) else os.fspath(files), options)
     if not paths:
         raise ValueError(f"files={files!r} matches no file.")
     names = [c for c in dict.fromkeys([id_column, time_column, *wanted]) if c is not None]
-    tables = [_read_table(p, names, options) for p in paths]
+    tables = [read_table(p, names, options) for p in paths]
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     del tables
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
