@@ -8,6 +8,7 @@ without its block) fails the suite.
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -214,6 +215,19 @@ def check_chat_renderer(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert labels[: len(ids) - len(kept)] == [-100] * (len(ids) - len(kept))
 
 
+def check_sine_waves(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dm = run()["SineDataModule"](context_length=48, prediction_length=12, store=tmp_path)
+    dm.setup("fit")
+    # Steps [0, 180) of each of 8 waves train: futures from step 48 to 168; the last 20 validate.
+    assert dm.windows("train") == 8 * 121 and dm.windows("val") == 8
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["past_values"].shape == (8, 48) and batch["future_values"].shape == (8, 12)
+    assert (batch["window_start"] + 48).tolist() == [188] * 8
+    raw = dm.inverse_transform(batch["future_values"], batch)
+    want = torch.tensor([[math.sin(t / 8 + p) for t in range(188, 200)] for p in range(8)])
+    assert torch.allclose(raw, want, atol=1e-5)
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -228,6 +242,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "image-text": check_image_text,
     "pack-labels": check_pack_labels,
     "chat-renderer": check_chat_renderer,
+    "sine-waves": check_sine_waves,
 }
 
 
@@ -248,7 +263,7 @@ def test_runnable_block(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_subclass_examples_stay_short() -> None:
     """The docs promise a subclass of each DataModule in under 20 lines."""
-    for name in ("wine", "csv-images", "surnames", "pairs"):
+    for name in ("wine", "csv-images", "surnames", "pairs", "sine-waves"):
         lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
         assert len(lines) < 20, f"{name}: {len(lines)} lines"
 

@@ -59,6 +59,11 @@ def _names(value: Any, name: str, *, one: bool = False) -> list[str]:
     raise rejected(name, value, "a column name or a list of column names", TypeError)
 
 
+def _plain_split(value: Any) -> int | float:
+    """A split size as a Python int (a count) or float (a fraction): NumPy's keyed alike."""
+    return int(value) if isinstance(value, (int, np.integer)) else float(value)
+
+
 class TimeSeriesDataModule(BaseDataModule):
     """Forecasting windows over many series: ``TimeSeriesDataModule(frame, id_column=...,
     time_column=..., freq="h", context_length=168, prediction_length=24)``.
@@ -220,8 +225,8 @@ class TimeSeriesDataModule(BaseDataModule):
             static_categorical=self.static_categorical, static_real=self.static_real,
             freq=self.freq, context_length=self.context_length,
             prediction_length=self.prediction_length, min_length=self.min_length,
-            scaler=self.scaler, split_by=self.split_by, val_split=self.val_split,
-            test_split=self.test_split, split_seed=self.split_seed, splits=splits,
+            scaler=self.scaler, split_by=self.split_by, val_split=_plain_split(self.val_split),
+            test_split=_plain_split(self.test_split), split_seed=self.split_seed, splits=splits,
             on_error=self.on_error, time_column=self.time_column, id_column=self.id_column,
         )  # fmt: skip
 

@@ -421,6 +421,26 @@ def image_text_conversations_case(tmp_path: Path) -> RichCase:
     )
 
 
+def time_series_case(tmp_path: Path) -> RichCase:
+    """Windows drawn per epoch over a long frame split in time; the frame given again."""
+    from tests.datamodules.time_series.series_data import frame_datamodule, long_frame, window_keys
+
+    frame = long_frame()
+    return RichCase(
+        make=lambda: frame_datamodule(
+            frame,
+            store=tmp_path / "store",
+            windows_per_series=3,
+            val_split=0.2,
+            test_split=np.int64(2),
+            batch_size=4,
+        ),
+        batch_ids=lambda batch: [1000 * s + f for s, f in window_keys(batch, 6)],
+        unsaved={"data"},
+        again=lambda: {"data": frame},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -433,6 +453,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "stream-image-records": image_stream_case,
     "chat-packed": chat_case,
     "image-text-conversations": image_text_conversations_case,
+    "time-series": time_series_case,
 }
 
 

@@ -76,15 +76,23 @@ def stream(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     return dm, {"root": str(tmp_path), "batch_size": 2, "num_workers": 0, "index_cache": False}
 
 
+def sine_waves(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
+    kwargs = {"series": 4, "context_length": 48, "prediction_length": 12, "num_workers": 0}
+    return runner("sine-waves")()["SineDataModule"](**kwargs), kwargs
+
+
 CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "tensor-docs-wine": wine,
     "image-folder-docs-csv-images": csv_images,
     "text": text,
     "streaming": stream,
+    "time-series-docs-sine-waves": sine_waves,
 }
 
 
 def first_ids(batch: Any) -> list[int]:
+    if isinstance(batch, dict) and "series_index" in batch:  # a window: its series and start
+        return (1000 * batch["series_index"] + batch["window_start"]).tolist()
     if isinstance(batch, dict):
         key = "id" if "id" in batch else "input_ids"
         return batch[key].flatten().tolist()
