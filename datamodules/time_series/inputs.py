@@ -37,18 +37,29 @@ class LongColumns:
         signature: What identifies the inputs cheaply (files: paths, sizes, versions).
     """
 
-    codes: np.ndarray
-    ids: list[Any]
+    codes: np.ndarray | None
+    ids: list[Any] | None
     time: np.ndarray | None
     columns: dict[str, np.ndarray]
     id_column: str = SERIES
     time_column: str | None = None
     signature: list[Any] = field(default_factory=list)
+    #: The labels of categorical columns, whose values are then int codes (-1: missing).
+    categories: dict[str, list[Any]] = field(default_factory=dict)
+    #: The id column's values, until :meth:`factorize` turns them into ``codes`` and ``ids``
+    #: (a store that exists already is found without it).
+    id_values: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
         """The number of rows."""
-        return len(self.codes)
+        return len(self.codes if self.codes is not None else self.id_values)
+
+    def factorize(self) -> None:
+        """Sets ``codes`` and ``ids`` from ``id_values`` (once)."""
+        if self.codes is None:
+            self.codes, self.ids = _factorize(self.id_values)
+            self.id_values = None
 
 
 def is_frame(data: Any) -> str | None:
@@ -79,17 +90,40 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     return codes.astype(np.int64, copy=False), [_plain_id(u) for u in np.asarray(uniques)]
 
 
+def _categorical(data: Any, kind: str, name: str) -> tuple[np.ndarray, list[Any]] | None:
+    """A categorical column's codes and labels (no strings per row), else None."""
+    if kind == "pandas":
+        series = data[name]
+        if str(series.dtype) != "category":
+            return None
+        labels = [_plain_id(v) for v in series.cat.categories.tolist()]
+        return series.cat.codes.to_numpy(), labels
+    import polars as pl
+
+    column = data.get_column(name)
+    if str(column.dtype) not in ("Categorical", "Enum") and not str(column.dtype).startswith(
+        ("Categorical", "Enum")
+    ):
+        return None
+    codes = column.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+    return codes, column.cat.get_categories().to_list()
+
+
 def _numpy_column(data: Any, kind: str, name: str) -> np.ndarray:
     if kind == "pandas":
         series = data[name]
+        if str(series.dtype) == "category":
+            return series.to_numpy(dtype=object)
+        if getattr(series.dtype, "tz", None) is not None:  # wall-clock time of its zone
+            series = series.dt.tz_localize(None)
         if str(series.dtype).startswith("datetime64"):
-            return series.to_numpy().astype("datetime64[ns]")
+            return series.to_numpy()
         if str(series.dtype) in ("string", "str") or series.dtype == object:
             return series.to_numpy(dtype=object)
         return series.to_numpy()
     column = data.get_column(name)
     if column.dtype.is_temporal():
-        return column.to_numpy().astype("datetime64[ns]")
+        return column.to_numpy()
     return column.to_numpy()
 
 
@@ -104,13 +138,22 @@ def _long_frame(
             "existing column (id_column, time_column, target, known, observed, "
             "static_categorical, static_real)."
         )
+    values = None
     if id_column is None:
         codes, ids = np.zeros(len(data), dtype=np.int64), [0]
     else:
-        codes, ids = _factorize(_numpy_column(data, kind, id_column))
+        codes, ids, values = None, None, _numpy_column(data, kind, id_column)
     time = None if time_column is None else _numpy_column(data, kind, time_column)
-    columns = {name: _numpy_column(data, kind, name) for name in dict.fromkeys(wanted)}
-    return LongColumns(codes, ids, time, columns, id_column or SERIES, time_column)
+    columns, categories = {}, {}
+    for name in dict.fromkeys(wanted):
+        found = _categorical(data, kind, name)
+        if found is None:
+            columns[name] = _numpy_column(data, kind, name)
+        else:
+            columns[name], categories[name] = found
+    out = LongColumns(codes, ids, time, columns, id_column or SERIES, time_column)
+    out.categories, out.id_values = categories, values
+    return out
 
 
 def _wide_frame(data: Any, kind: str, time_column: str | None, target: str) -> LongColumns:
