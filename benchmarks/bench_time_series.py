@@ -157,14 +157,12 @@ def peak_added(side: str, series: int) -> int:
 def rate(loader: Any, limit: int | None, skip: int = 3) -> float:
     """Windows per second over ``limit`` batches (None: the epoch), the first ``skip`` not
     counted."""
-    count, start, seen = 0, None, 0
+    count, start = 0, None
     for i, batch in enumerate(loader):
         if i == skip:
             start, count = time.perf_counter(), 0
-        size = len(batch["series_index"]) if isinstance(batch, dict) else len(batch[1][0])
-        count += size
-        seen += 1
-        if limit is not None and seen >= limit + skip:
+        count += len(batch["series_index"])
+        if limit is not None and i + 1 >= limit + skip:
             break
     assert start is not None
     return count / (time.perf_counter() - start)
@@ -221,6 +219,8 @@ def main() -> None:
     import pytorch_forecasting
     import torch
 
+    import datamodules.time_series.datamodule  # noqa: F401  (imports are not setup)
+
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, torch {torch.__version__}, pytorch-forecasting "
           f"{pytorch_forecasting.__version__}")  # fmt: skip
@@ -237,7 +237,8 @@ def main() -> None:
         theirs_times.append(setup_once("theirs", frame, store))
     first, second, their = (statistics.median(x) for x in (firsts, seconds, theirs_times))
     print(f"setup: ours {first:.2f} s, theirs {their:.2f} s: {their / first:.1f}x")
-    print(f"second setup (maps the store): {second * 1000:.0f} ms = {second / first:.1%} of the first")
+    share = f"{second * 1000:.0f} ms = {second / first:.1%} of the first"
+    print(f"second setup (maps the store): {share}")
     mine, their_mem = peak_added("ours", args.series), peak_added("theirs", args.series)
     print(f"peak memory added by setup: ours {mine / 2**20:.0f} MiB, theirs "
           f"{their_mem / 2**20:.0f} MiB: {mine / their_mem:.2f} of theirs")  # fmt: skip

@@ -140,7 +140,9 @@ class SeriesStore:
 
     def _map(self) -> None:
         for name in self.ARRAYS:
-            setattr(self, name, np.load(os.path.join(self.path, f"{name}.npy"), mmap_mode="r"))
+            mapped = np.load(os.path.join(self.path, f"{name}.npy"), mmap_mode="r")
+            # A plain ndarray over the mapping: indexing skips np.memmap's Python layer.
+            setattr(self, name, np.asarray(mapped))
         self.lengths = np.diff(np.asarray(self.offsets))
 
     def __getstate__(self) -> dict[str, Any]:

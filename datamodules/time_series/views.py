@@ -69,13 +69,13 @@ class WindowBatchView(SplitView):
         visible = (steps >= 0) & (steps < limit[:, None])
         rows = store.offsets[series][:, None] + np.clip(steps, 0, (lengths - 1)[:, None])
         flat = rows.reshape(-1)
-        values = store.targets[flat].reshape(B, T, -1)
+        values = np.take(store.targets, flat, axis=0).reshape(B, T, -1)
         values[~visible] = np.nan
         observed = ~np.isnan(values)
         loc, scale = store.loc[series], store.scale[series]
         scaled = (values - loc[:, None, :]) / scale[:, None, :]
         scaled[~observed] = 0.0
-        covariates = store.covariates[flat].reshape(B, T, -1)
+        covariates = np.take(store.covariates, flat, axis=0).reshape(B, T, -1)
         covariates[~visible] = np.nan
         np.nan_to_num(covariates, copy=False)
         parts_past = [covariates[:, :C]]
@@ -84,7 +84,7 @@ class WindowBatchView(SplitView):
         parts_future = [future_cov]
         if self.calendar and store.calendar.shape[1]:
             cells = store.grid_start[series][:, None] + steps
-            table = store.calendar[cells.reshape(-1)].reshape(B, T, -1)
+            table = np.take(store.calendar, cells.reshape(-1), axis=0).reshape(B, T, -1)
             parts_past.append(table[:, :C])
             parts_future.append(table[:, C:])
         if not self.multivariate:
