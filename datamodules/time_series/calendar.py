@@ -93,20 +93,30 @@ def grid_positions(
                 f"time_column={time_column!r} holds datetimes: give freq= (a pandas offset "
                 "alias such as 'h', 'D', 'W-SUN', 'MS'), or integer steps with freq=None."
             )
-        ns = time.astype("datetime64[ns]").view(np.int64)
-        if (time != time).any():  # NaT
-            row = int(np.flatnonzero(time != time)[0])
+        unit, ticks = np.datetime_data(time.dtype)
+        per = _UNIT_NANOS.get(unit, 0) * ticks  # nanoseconds per tick of the column's unit
+        raw = time.view(np.int64)
+        if (raw == np.iinfo(np.int64).min).any():  # NaT
+            row = int(np.flatnonzero(raw == np.iinfo(np.int64).min)[0])
             raise ValueError(
                 f"time_column={time_column!r} is missing (NaT) at row {row} "
                 f"(series {ids[codes[row]]!r})."
             )
-        origin = int(ns.min())
         step = _tick_nanos(offset)
-        if step is not None:
-            delta = ns - origin
-            positions, rest = np.divmod(delta, step)
-            bad = np.flatnonzero(rest)
+        if step is not None and per and step % per == 0:  # in the column's own unit: no copy
+            low = int(raw.min())
+            origin = low * per
+            positions = raw - low
+            bad = np.flatnonzero(positions % (step // per))
+            positions //= step // per
+            ns = _Nanos(raw, per)
         else:
+            ns = time.astype("datetime64[ns]").view(np.int64)
+            origin = int(ns.min())
+        if step is not None and not (per and step % per == 0):
+            positions, rest = np.divmod(ns - origin, step)
+            bad = np.flatnonzero(rest)
+        elif step is None:
             grid = Grid(offset, origin)
             first = grid.timestamps(0, 1)[0]
             if first.value != origin:
@@ -154,6 +164,20 @@ _FEATURES = {
     "day_of_year": ("day_of_year", 1, 366),
     "month_of_year": ("month", 1, 12),
 }
+
+
+#: Nanoseconds per unit of a datetime64 column.
+_UNIT_NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+
+
+class _Nanos:
+    """A datetime column's values read as nanoseconds, one at a time (for messages)."""
+
+    def __init__(self, raw: np.ndarray, per: int) -> None:
+        self.raw, self.per = raw, per
+
+    def __getitem__(self, row: int) -> int:
+        return int(self.raw[row]) * self.per
 
 
 def calendar_names(offset: Any) -> list[str]:

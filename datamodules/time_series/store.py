@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.time_series.calendar import Grid, calendar_names, calendar_table
+from datamodules.time_series.calendar import calendar_names, calendar_table
 from datamodules.time_series.inputs import LongColumns
+from datamodules.time_series.layout import Layout, lay_out, take
 from datamodules.time_series.series import check_numeric, fit_ranges, split_parts
 
 __all__ = ["SeriesStore", "StoreSpec", "build_store", "data_digest", "store_key"]
@@ -177,20 +178,19 @@ def _open(directory: str, name: str, shape: tuple[int, ...], dtype: Any) -> np.n
 
 
 def _static_values(
-    values: np.ndarray, sorted_rows: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-    name: str, ids: list[Any], present: np.ndarray, kind: str,
-) -> np.ndarray:  # fmt: skip
+    values: np.ndarray, layout: Layout, name: str, ids: list[Any], kind: str
+) -> np.ndarray:
     """One value per series of a static column, refusing one that varies within a series."""
-    ordered = values[sorted_rows]
-    first = ordered[starts]
-    same = ordered == np.repeat(first, counts)
+    ordered = take(values, layout.order)
+    first = ordered[layout.starts]
+    same = ordered == np.repeat(first, layout.counts)
     if ordered.dtype.kind == "f":
-        same |= np.isnan(ordered) & np.repeat(np.isnan(first), counts)
+        same |= np.isnan(ordered) & np.repeat(np.isnan(first), layout.counts)
     if not same.all():
         row = int(np.flatnonzero(~same)[0])
-        series = int(np.searchsorted(starts, row, side="right") - 1)
+        series = int(np.searchsorted(layout.starts, row, side="right") - 1)
         raise ValueError(
-            f"{kind} column {name!r} varies within series {ids[present[series]]!r} "
+            f"{kind} column {name!r} varies within series {ids[layout.present[series]]!r} "
             f"({first[series]!r} and {ordered[row]!r}): a static column holds one value per "
             "series."
         )
@@ -219,7 +219,7 @@ def build_store(
         TypeError: A non-numeric target, covariate or static real column.
     """
     columns.factorize()
-    ids, codes, n = columns.ids, columns.codes, columns.rows
+    ids, codes = columns.ids, columns.codes
     numeric = {"target": spec.targets, "known": spec.known, "observed": spec.observed}
     for kind, names in {**numeric, "static_real": spec.static_real}.items():
         for name in names:
@@ -228,40 +228,8 @@ def build_store(
                     f"{kind} column {name!r} is categorical: {kind} values must be numbers."
                 )
             columns.columns[name] = check_numeric(columns.columns[name], name, kind, codes, ids)
-    grid = Grid(None, 0)
-    if columns.time is None:
-        order = np.argsort(codes, kind="stable")
-        sorted_codes = codes[order]
-        positions = None
-    else:
-        positions, grid = grid_of(columns.time, codes, ids)
-        order = np.lexsort((positions, codes))
-        sorted_codes = codes[order]
-    boundary = np.flatnonzero(np.diff(sorted_codes)) + 1
-    starts = np.concatenate([[0], boundary]).astype(np.int64) if n else np.zeros(0, np.int64)
-    present = sorted_codes[starts] if n else np.zeros(0, np.int64)
-    counts = np.diff(np.concatenate([starts, [n]])).astype(np.int64)
-    if positions is None:
-        local = np.arange(n, dtype=np.int64) - np.repeat(starts, counts)
-        first_pos = np.zeros(len(starts), dtype=np.int64)
-    else:
-        sorted_pos = positions[order]
-        del positions
-        same = np.flatnonzero((np.diff(sorted_codes) == 0) & (np.diff(sorted_pos) == 0))
-        if len(same):
-            row = int(order[same[0]])
-            raise ValueError(
-                f"series {ids[codes[row]]!r} has two rows at {columns.time_column}="
-                f"{columns.time[row]!r} (rows {int(order[same[0]])} and "
-                f"{int(order[same[0] + 1])}): each (series, time) pair must be unique."
-            )
-        first_pos = sorted_pos[starts]
-        local = sorted_pos - np.repeat(first_pos, counts)
-        del sorted_pos
-    lengths = (local[np.concatenate([starts[1:], [n]]) - 1] + 1) if n else np.zeros(0, np.int64)
-    if len(lengths) == 0:
-        raise ValueError("the data holds no series: nothing to train on.")
-    # Split parts and drops, per present series.
+    layout = lay_out(columns, grid_of)
+    lengths, present = layout.lengths, layout.present
     train_end, val_end = split_parts(lengths, spec.val_split, spec.test_split, spec.split_by)
     skipped: list[tuple[str, str]] = []
     keep = lengths >= spec.min_length
@@ -281,12 +249,15 @@ def build_store(
         )  # fmt: skip
     held = fit_ranges(lengths, train_end, spec.split_by, spec.prediction_length)
     # Observed target values in each series' fitted part.
-    sorted_codes_rank = np.repeat(np.arange(len(starts)), counts)
-    in_fit = local < held[sorted_codes_rank]
-    observed_rows = np.zeros(n, dtype=bool)
+    series_of_row = np.repeat(np.arange(len(lengths), dtype=np.int32), layout.counts)
+    counted_rows = layout.local < held[series_of_row]
+    observed = np.zeros(len(series_of_row), dtype=bool)
     for name in spec.targets:
-        observed_rows |= ~np.isnan(columns.columns[name][order])
-    seen = np.bincount(sorted_codes_rank[in_fit & observed_rows], minlength=len(starts))
+        observed |= ~np.isnan(take(columns.columns[name], layout.order))
+    counted_rows &= observed
+    del observed
+    seen = np.bincount(series_of_row[counted_rows], minlength=len(lengths))
+    del counted_rows, series_of_row
     empty = keep & (seen == 0)
     for s in np.flatnonzero(empty).tolist():
         why = (
@@ -314,93 +285,103 @@ def build_store(
         train_series[:] = False
         train_series[parts["train"].numpy()] = True
         held[np.flatnonzero(keep)[train_series]] = lengths[keep][train_series]
-    return _write_store(
-        columns, spec, directory, grid, order, starts, counts, present, local, lengths, keep,
-        train_end, val_end, held, skipped, first_pos, train_series,
-    )  # fmt: skip
+    ends = {"train_end": train_end, "val_end": val_end, "fit_end": held}
+    return _write_store(columns, spec, directory, layout, keep, ends, skipped, train_series)
+
+
+def _placement(layout: Layout, keep: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any]:
+    """``(source rows, store rows)`` of the kept rows; ``(None, None)`` when the input is
+    sorted, gap-free and all kept (the columns are then copied as they are)."""
+    if layout.order is None and keep.all() and not layout.gaps:
+        return None, None
+    series = np.repeat(np.arange(len(keep), dtype=np.int32), layout.counts)
+    kept_rows = keep[series]
+    new_code = (np.cumsum(keep) - 1).astype(np.int64)
+    dense = offsets[new_code[series[kept_rows]]] + layout.local[kept_rows]
+    del series
+    if layout.order is None:
+        source = None if kept_rows.all() else np.flatnonzero(kept_rows)
+    else:
+        source = layout.order[kept_rows]
+    return source, dense
+
+
+def _fill(target: np.ndarray, column: int, values: np.ndarray, source: Any, dense: Any) -> None:
+    if dense is None:
+        target[:, column] = values
+    else:
+        target[dense, column] = values if source is None else values[source]
 
 
 def _write_store(
-    columns: LongColumns, spec: StoreSpec, directory: str, grid: Grid, order: np.ndarray,
-    starts: np.ndarray, counts: np.ndarray, present: np.ndarray, local: np.ndarray,
-    lengths: np.ndarray, keep: np.ndarray, train_end: np.ndarray, val_end: np.ndarray,
-    held: np.ndarray, skipped: list[tuple[str, str]], first_pos: np.ndarray,
-    train_series: np.ndarray,
+    columns: LongColumns, spec: StoreSpec, directory: str, layout: Layout, keep: np.ndarray,
+    ends: dict[str, np.ndarray], skipped: list[tuple[str, str]], train_series: np.ndarray,
 ) -> tuple[SeriesStore, list[tuple[str, str]]]:  # fmt: skip
     ids = columns.ids
     kept = np.flatnonzero(keep)
-    new_code = np.cumsum(keep) - 1
-    rank_of_row = np.repeat(np.arange(len(starts)), counts)
-    row_kept = keep[rank_of_row]
-    src = order[row_kept]
-    series_of_row = new_code[rank_of_row[row_kept]]
-    kept_lengths = lengths[kept]
+    kept_lengths = layout.lengths[kept]
     offsets = np.concatenate([[0], np.cumsum(kept_lengths)]).astype(np.int64)
-    dense = offsets[series_of_row] + local[row_kept]
-    del rank_of_row, row_kept
+    source, dense = _placement(layout, keep, offsets)
     total, S = int(offsets[-1]), len(kept)
+    fit_end = ends["fit_end"][kept]
     os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(directory) or ".")
     try:
         targets = _open(tmp, "targets", (total, len(spec.targets)), np.float32)
-        targets[:] = np.nan
+        if dense is not None:
+            targets[:] = np.nan
         loc = np.zeros((S, len(spec.targets)), dtype=np.float32)
         scale = np.ones((S, len(spec.targets)), dtype=np.float32)
-        fit_end = held[kept]
-        fitted = (dense - offsets[series_of_row]) < fit_end[series_of_row]
         for c, name in enumerate(spec.targets):
-            values = columns.columns[name][src].astype(np.float64, copy=False)
-            targets[dense, c] = values
-            loc[:, c], scale[:, c] = _fit_scaler(values, fitted, series_of_row, S, spec.scaler)
-            del values
-        targets.flush()
-        del targets
+            _fill(targets, c, columns.columns[name], source, dense)
+            loc[:, c], scale[:, c] = _fit_scaler(targets[:, c], offsets, fit_end, spec.scaler)
+        del targets  # unmapped: the pages stay in the page cache, other mappings see them
         dynamic = [*spec.known, *spec.observed]
         covariates = _open(tmp, "covariates", (total, len(dynamic)), np.float32)
-        if dynamic:
+        if dynamic and dense is not None:
             covariates[:] = np.nan
         for c, name in enumerate(dynamic):
-            covariates[dense, c] = columns.columns[name][src]
-        covariates.flush()
-        del covariates, dense, fitted
-        sorted_rows = order
+            _fill(covariates, c, columns.columns[name], source, dense)
+        del covariates, source, dense
         categorical = np.zeros((S, len(spec.static_categorical)), dtype=np.int64)
         vocabularies: dict[str, list[Any]] = {}
         for c, name in enumerate(spec.static_categorical):
-            first = _static_values(columns.columns[name], sorted_rows, starts, counts, name, ids,
-                                   present, "static_categorical")[kept]  # fmt: skip
+            first = _static_values(columns.columns[name], layout, name, ids, "static_categorical")[
+                kept
+            ]
             if name in columns.categories:  # codes: their labels (a missing value: "nan")
                 labels = np.array([*columns.categories[name], "nan"], dtype=object)
                 first = labels[first.astype(np.int64)]
             categorical[:, c], vocabularies[name] = _encode(first, train_series)
         real = np.zeros((S, len(spec.static_real)), dtype=np.float32)
         for c, name in enumerate(spec.static_real):
-            real[:, c] = _static_values(columns.columns[name], sorted_rows, starts, counts, name,
-                                        ids, present, "static_real")[kept]  # fmt: skip
+            real[:, c] = _static_values(columns.columns[name], layout, name, ids, "static_real")[
+                kept
+            ]
+        grid = layout.grid
         margin = spec.context_length + spec.prediction_length
-        first_grid = first_pos[kept]
+        first_grid = layout.first[kept]
         low = int(first_grid.min()) - margin
-        high = int((first_grid + kept_lengths).max())
-        table = calendar_table(grid, low, high - low) if grid.offset is not None else (
-            np.zeros((0, 0), dtype=np.float32))  # fmt: skip
+        high = int((first_grid + kept_lengths).max()) + spec.prediction_length
+        calendar = grid.offset is not None
+        table = calendar_table(grid, low, high - low) if calendar else np.zeros((0, 0), np.float32)
         _write(tmp, "calendar", table)
-        _write(tmp, "grid_start", (first_grid - low) if grid.offset is not None else first_grid)
+        _write(tmp, "grid_start", (first_grid - low) if calendar else first_grid)
         _write(tmp, "offsets", offsets)
         _write(tmp, "static_categorical", categorical)
         _write(tmp, "static_real", real)
-        _write(tmp, "train_end", train_end[kept])
-        _write(tmp, "val_end", val_end[kept])
-        _write(tmp, "fit_end", fit_end)
+        for name, end in ends.items():
+            _write(tmp, name, end[kept])
         _write(tmp, "loc", loc)
         _write(tmp, "scale", scale)
         meta = {
             "version": VERSION,
-            "ids": [_plain(ids[present[s]]) for s in kept],
+            "ids": [_plain(ids[layout.present[s]]) for s in kept],
             "vocabularies": vocabularies,
             "skipped": skipped,
             "calendar": calendar_names(grid.offset),
             "origin": grid.origin,
-            "calendar_start": low if grid.offset is not None else 0,
+            "calendar_start": low if calendar else 0,
             "margin": margin,
             "rows": columns.rows,
         }
@@ -428,20 +409,27 @@ def _encode(values: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, list[An
 
 
 def _fit_scaler(
-    values: np.ndarray, fitted: np.ndarray, series: np.ndarray, count: int, scaler: str | None
+    values: np.ndarray, offsets: np.ndarray, fit_end: np.ndarray, scaler: str | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-series loc and scale over the fitted, observed values."""
-    loc = np.zeros(count)
-    scale = np.ones(count)
+    """Per-series loc and scale over the observed values of steps ``[0, fit_end)`` of each
+    series (``values``: one store column, NaN where missing), from running sums."""
+    count = len(fit_end)
+    loc, scale = np.zeros(count), np.ones(count)
     if scaler is None:
         return loc, scale
-    use = fitted & ~np.isnan(values)
-    seen = np.maximum(np.bincount(series[use], minlength=count), 1)
+    seen = ~np.isnan(values)
+    start, stop = offsets[:-1], offsets[:-1] + fit_end
+
+    def sums(x: np.ndarray) -> np.ndarray:
+        running = np.concatenate([[0.0], np.cumsum(x, dtype=np.float64)])
+        return running[stop] - running[start]
+
+    clean = np.where(seen, values, 0).astype(np.float64)
+    n = np.maximum(sums(seen), 1)
     if scaler == "mean":
-        scale = np.bincount(series[use], weights=np.abs(values[use]), minlength=count) / seen
+        scale = sums(np.abs(clean)) / n
     else:
-        loc = np.bincount(series[use], weights=values[use], minlength=count) / seen
-        centred = values[use] - loc[series[use]]
-        scale = np.sqrt(np.bincount(series[use], weights=centred**2, minlength=count) / seen)
-    scale = np.where(scale > 1e-8 * np.maximum(np.abs(loc), 1), scale, 1.0)
+        loc = sums(clean) / n
+        scale = np.sqrt(np.maximum(sums(clean * clean) / n - loc * loc, 0))
+    scale = np.where(scale > 1e-6 * np.maximum(np.abs(loc), 1), scale, 1.0)
     return loc, scale
