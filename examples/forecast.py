@@ -91,6 +91,7 @@ class Forecaster(pl.LightningModule):
 
     def __init__(self, context: int, horizon: int, features: int, hidden: int = 64) -> None:
         super().__init__()
+        self.save_hyperparameters()
         self.linear = nn.Linear(context, horizon)
         width = context * (2 + features) + horizon * features
         self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, horizon))
@@ -105,10 +106,22 @@ class Forecaster(pl.LightningModule):
                   batch["future_time_features"].flatten(1)]  # fmt: skip
         return last + self.linear(relative) + self.mlp(torch.cat(inputs, 1))
 
-    def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean absolute error over the observed future steps (scaled values)."""
         mask = batch["future_observed_mask"].float()
         error = (self(batch) - batch["future_values"]).abs() * mask
         return error.sum() / mask.sum().clamp(min=1)
+
+    def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train_loss", loss, batch_size=len(batch["past_values"]))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
+        self.log("val_loss", self.loss(batch), batch_size=len(batch["past_values"]))
+
+    def test_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
+        self.log("test_loss", self.loss(batch), batch_size=len(batch["past_values"]))
 
     def configure_optimizers(self) -> Any:
         return torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=1e-4)

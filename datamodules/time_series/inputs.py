@@ -138,9 +138,12 @@ def _long_frame(
             "existing column (id_column, time_column, target, known, observed, "
             "static_categorical, static_real)."
         )
+    if kind == "pandas":  # the columns by name, looked up once (pandas' get_loc is not free)
+        data = {str(name): column for name, column in data.items()}
     values = None
     if id_column is None:
-        codes, ids = np.zeros(len(data), dtype=np.int64), [0]
+        rows = len(next(iter(data.values()))) if kind == "pandas" else len(data)
+        codes, ids = np.zeros(rows, dtype=np.int64), [0]
     else:
         codes, ids, values = None, None, _numpy_column(data, kind, id_column)
     time = None if time_column is None else _numpy_column(data, kind, time_column)
