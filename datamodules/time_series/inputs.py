@@ -242,7 +242,7 @@ def _files(
         raise ValueError(f"files={files!r} matches no file.")
     names = [c for c in dict.fromkeys([id_column, time_column, *wanted]) if c is not None]
     tables = [read_table(p, names, options) for p in paths]
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     del tables
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
     del table

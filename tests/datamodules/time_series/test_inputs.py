@@ -118,3 +118,20 @@ def test_in_memory_frames_key_the_store_by_their_values(kind: str, tmp_path: Pat
     frame.loc[frame["value"].first_valid_index(), "value"] += 1
     frame_datamodule(convert(frame), store=tmp_path).setup("fit")
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_remote_files_over_http_and_a_warm_setup_reads_no_data(tmp_path: Path) -> None:
+    from tests.counting_http import counting_server
+
+    frame = long_frame()
+    reference = batches(frame_datamodule(frame))
+    halves = frame.iloc[: len(frame) // 2], frame.iloc[len(frame) // 2 :]
+    halves[0].to_parquet(tmp_path / "a.parquet")
+    halves[1].to_csv(tmp_path / "b.csv.gz", index=False)
+    with counting_server(tmp_path) as server:
+        urls = [f"{server.url}/a.parquet", f"{server.url}/b.csv.gz"]
+        assert_same(batches(frame_datamodule(None, files=urls, store=tmp_path / "s")), reference)
+        server.reset()
+        assert_same(batches(frame_datamodule(None, files=urls, store=tmp_path / "s")), reference)
+        gets = [r for r in server.log if r.path.endswith((".parquet", ".gz"))]
+        assert server.total_bytes < 1000 and not gets  # versions only (HEAD), no data read
