@@ -105,8 +105,16 @@ def _categorical(data: Any, kind: str, name: str) -> tuple[np.ndarray, list[Any]
         ("Categorical", "Enum")
     ):
         return None
-    codes = column.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
-    return codes, column.cat.get_categories().to_list()
+    # Physical ids index a global string table: renumber those present, labels in order.
+    present = column.drop_nulls().unique()
+    if not len(present):
+        return np.full(len(column), -1, dtype=np.int64), []
+    ids = present.to_physical().cast(pl.Int64).to_numpy()
+    table = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    table[ids] = np.arange(len(ids))
+    physical = column.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+    codes = np.where(physical >= 0, table[np.maximum(physical, 0)], -1)
+    return codes, present.cast(pl.String).to_list()
 
 
 def _numpy_column(data: Any, kind: str, name: str) -> np.ndarray:

@@ -135,3 +135,12 @@ def test_remote_files_over_http_and_a_warm_setup_reads_no_data(tmp_path: Path) -
         assert_same(batches(frame_datamodule(None, files=urls, store=tmp_path / "s")), reference)
         gets = [r for r in server.log if r.path.endswith((".parquet", ".gz"))]
         assert server.total_bytes < 1000 and not gets  # versions only (HEAD), no data read
+
+
+def test_categorical_columns_equal_their_strings() -> None:
+    frame = long_frame()
+    reference = batches(frame_datamodule(frame))
+    as_category = frame.assign(kind=frame["kind"].astype("category"))
+    assert_same(batches(frame_datamodule(as_category)), reference)
+    polars_category = pl.from_pandas(frame).with_columns(pl.col("kind").cast(pl.Categorical))
+    assert_same(batches(frame_datamodule(polars_category)), reference)
