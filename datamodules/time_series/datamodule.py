@@ -37,6 +37,7 @@ from datamodules.time_series.inputs import LongColumns, read_columns
 from datamodules.time_series.store import (
     SeriesStore,
     StoreSpec,
+    build_once,
     build_store,
     data_digest,
     store_key,
@@ -283,16 +284,16 @@ class TimeSeriesDataModule(BaseDataModule):
             digest = data_digest(columns)
         key = store_key(digest, spec)
         path = os.path.join(self._root(), key)
-        if not os.path.isdir(path):
-            if columns is None:
-                columns = self._columns()
-            offset, name = self.offset, self.time_column or "time"
+        offset, name = self.offset, self.time_column or "time"
 
-            def grid_of(time: np.ndarray, codes: np.ndarray, ids: list[Any]) -> Any:
-                return grid_positions(time, codes, ids, offset, name, self.freq)
+        def grid_of(time: np.ndarray, codes: np.ndarray, ids: list[Any]) -> Any:
+            return grid_positions(time, codes, ids, offset, name, self.freq)
 
-            build_store(columns, spec, path, grid_of)
-            del columns
+        def build() -> None:
+            build_store(columns if columns is not None else self._columns(), spec, path, grid_of)
+
+        build_once(path, build)
+        columns = None  # the frame's columns are not kept
         store = SeriesStore(path)
         self.store = store
         self._skipped = Skipped()
