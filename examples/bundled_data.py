@@ -204,15 +204,24 @@ class Co2DataModule(TimeSeriesDataModule):
 
     Args:
         context_length: Weeks of context.
-        prediction_length: Weeks of horizon (and of the validation and test parts).
+        prediction_length: Weeks of horizon.
+        val_split: The last weeks (before the test weeks) that validate.
+        test_split: The last weeks that test.
         **kwargs: Other :class:`~datamodules.TimeSeriesDataModule` arguments.
     """
 
-    def __init__(self, context_length: int = 104, prediction_length: int = 52, **kwargs: Any):
-        kwargs = {"val_split": prediction_length, "test_split": prediction_length, **kwargs}
+    def __init__(
+        self,
+        context_length: int = 104,
+        prediction_length: int = 52,
+        val_split: int | float = 52,
+        test_split: int | float = 52,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             time_column="time", freq="W-SAT", context_length=context_length,
-            prediction_length=prediction_length, **kwargs,
+            prediction_length=prediction_length, val_split=val_split, test_split=test_split,
+            **kwargs,
         )  # fmt: skip
 
     def load_frame(self) -> Any:

@@ -422,6 +422,15 @@ class TimeSeriesDataModule(BaseDataModule):
         """Series left out (too short, or nothing observed under ``on_error="skip"``)."""
         return self._skipped
 
+    def describe_data(self) -> list[str]:
+        """Per split, its series and windows (for ``python -m datamodules inspect``)."""
+        indices = self._require_setup()
+        return [
+            f"  {split}: {counted(len(indices[split]), 'series', 'series')}, "
+            f"{counted(len(self.plan(split)), 'window')}"
+            for split in ("train", "val", "test")
+        ]
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_temporary"] = None
