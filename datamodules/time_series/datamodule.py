@@ -32,6 +32,8 @@ from datamodules.core.skipped import Skipped
 from datamodules.core.splits import split_fingerprint
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.retrying import check_remote_options
 from datamodules.time_series.calendar import check_freq, grid_positions
 from datamodules.time_series.inputs import LongColumns, read_columns
 from datamodules.time_series.store import (
@@ -203,6 +205,9 @@ class TimeSeriesDataModule(BaseDataModule):
         self.min_length = context_length + prediction_length if min_length is None else min_length
         self.store_root = store
         self.split_by, self.eval_windows = split_by, eval_windows
+        storage_options = restored_storage_options(storage_options)
+        check_remote_options(storage_options, 5, 60.0)
+        save_without_credentials(self, storage_options)
         self.storage_options = storage_options
         self.store: SeriesStore | None = None
         self._skipped = Skipped()
@@ -234,8 +239,6 @@ class TimeSeriesDataModule(BaseDataModule):
     def _columns(self) -> LongColumns:
         options = None
         if self.files is not None:
-            from datamodules.remote.retrying import check_remote_options
-
             options = check_remote_options(self.storage_options, 5, 60.0)
         data = None if self.files is not None else self.load_frame()
         wanted = [*self.targets, *self.known, *self.observed]
@@ -253,7 +256,6 @@ class TimeSeriesDataModule(BaseDataModule):
         import json
 
         from datamodules.remote.listing import file_version
-        from datamodules.remote.retrying import check_remote_options
         from datamodules.shards.formats import expand_files
 
         options = check_remote_options(self.storage_options, 5, 60.0)

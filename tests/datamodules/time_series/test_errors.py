@@ -97,6 +97,7 @@ def test_a_series_without_observed_train_values_is_named_or_skipped() -> None:
         ({"store": 3}, TypeError, "store=3"),
         ({"splits": {"train": [0]}}, ValueError, "splits="),
         ({"stratify": True}, ValueError, "stratify=True"),
+        ({"storage_options": 3}, TypeError, "storage_options=3"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict[str, Any], error: type, named: str) -> None:
@@ -112,3 +113,12 @@ def test_data_of_another_type_and_no_data_are_refused() -> None:
     with pytest.raises(ValueError, match=r"series 1 has shape \(4, 2\)"):
         TimeSeriesDataModule([np.zeros(4), np.zeros((4, 2))], context_length=2,
                              prediction_length=1, store=False).setup("fit")  # fmt: skip
+
+
+def test_credentials_in_storage_options_are_never_saved() -> None:
+    dm = TimeSeriesDataModule(
+        files="s3://bucket/series.parquet", context_length=2, prediction_length=1,
+        storage_options={"key": "AKIA-secret", "secret": "s", "anon": False},
+    )  # fmt: skip
+    assert "AKIA-secret" not in str(dict(dm.hparams))
+    assert set(dm.unsaved_arguments) == {"storage_options.key", "storage_options.secret"}
