@@ -285,45 +285,50 @@ def build_store(
              f"{int(lengths[s])} steps, shorter than min_length={spec.min_length}")
         )  # fmt: skip
     held = fit_ranges(lengths, train_end, spec.split_by, spec.prediction_length)
-    # Observed target values in each series' fitted part.
-    series_of_row = np.repeat(np.arange(len(lengths), dtype=np.int32), layout.counts)
-    counted_rows = layout.local < held[series_of_row]
-    observed = np.zeros(len(series_of_row), dtype=bool)
-    for name in spec.targets:
-        observed |= ~np.isnan(take(columns.columns[name], layout.order))
-    counted_rows &= observed
-    del observed
-    seen = np.bincount(series_of_row[counted_rows], minlength=len(lengths))
-    del counted_rows, series_of_row
-    empty = keep & (seen == 0)
-    for s in np.flatnonzero(empty).tolist():
-        why = (
-            f"no observed {spec.targets[0] if len(spec.targets) == 1 else spec.targets} value "
-            f"in its train part (steps 0..{int(held[s])} of {int(lengths[s])}; "
-            f"val_split={spec.val_split!r}, test_split={spec.test_split!r})"
-        )
-        if spec.on_error == "raise":
-            raise ValueError(
-                f"series {ids[present[s]]!r} has {why}: its scaler has nothing to fit on. Give "
-                "on_error='skip' to leave such series out (counted), or smaller splits."
-            )
-        skipped.append((f"series {ids[present[s]]!r}", why))
-    keep &= ~empty
-    if not keep.any():
-        raise ValueError("every series was left out: " + "; ".join(w for _, w in skipped[:3]))
-    train_series = np.ones(int(keep.sum()), dtype=bool)
-    if spec.split_by == "series":  # the split the DataModule makes, over the kept series
-        from datamodules.core.splits import compute_split_indices
+    while True:  # again without the series that have nothing to fit on, under "skip"
+        if not keep.any():
+            why = "; ".join(w for _, w in skipped[:3])
+            raise ValueError(f"every series was left out: {why}")
+        fit_end = held.copy()
+        train_series = np.ones(int(keep.sum()), dtype=bool)
+        if spec.split_by == "series":  # the split the DataModule makes, over the kept series
+            from datamodules.core.splits import compute_split_indices
 
-        parts = compute_split_indices(
-            int(keep.sum()), explicit=spec.splits, val_split=spec.val_split,
-            test_split=spec.test_split, seed=spec.split_seed,
-        )  # fmt: skip
-        train_series[:] = False
-        train_series[parts["train"].numpy()] = True
-        held[np.flatnonzero(keep)[train_series]] = lengths[keep][train_series]
-    ends = {"train_end": train_end, "val_end": val_end, "fit_end": held}
-    return _write_store(columns, spec, directory, layout, keep, ends, skipped, train_series)
+            parts = compute_split_indices(
+                int(keep.sum()), explicit=spec.splits, val_split=spec.val_split,
+                test_split=spec.test_split, seed=spec.split_seed,
+            )  # fmt: skip
+            train_series[:] = False
+            train_series[parts["train"].numpy()] = True
+            fit_end[np.flatnonzero(keep)[train_series]] = lengths[keep][train_series]
+        ends = {"train_end": train_end, "val_end": val_end, "fit_end": fit_end}
+        try:
+            return _write_store(columns, spec, directory, layout, keep, ends, skipped, train_series)
+        except _Unobserved as unobserved:
+            for s in unobserved.series.tolist():
+                why = (
+                    f"no observed {spec.targets[0] if len(spec.targets) == 1 else spec.targets} "
+                    f"value in its train part (steps 0..{int(fit_end[s])} of "
+                    f"{int(lengths[s])}; val_split={spec.val_split!r}, "
+                    f"test_split={spec.test_split!r})"
+                )
+                if spec.on_error == "raise":
+                    raise ValueError(
+                        f"series {ids[present[s]]!r} has {why}: its scaler has nothing to fit "
+                        "on. Give on_error='skip' to leave such series out (counted), or "
+                        "smaller splits."
+                    ) from None
+                skipped.append((f"series {ids[present[s]]!r}", why))
+            keep[unobserved.series] = False
+
+
+class _Unobserved(Exception):
+    """Series (indices among those present) without an observed target value where their
+    scaler is fitted: found while writing, which then stops."""
+
+    def __init__(self, series: np.ndarray) -> None:
+        super().__init__(f"{len(series)} series without observed values")
+        self.series = series
 
 
 def _placement(layout: Layout, keep: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any]:
@@ -369,10 +374,17 @@ def _write_store(
             targets[:] = np.nan
         loc = np.zeros((S, len(spec.targets)), dtype=np.float32)
         scale = np.ones((S, len(spec.targets)), dtype=np.float32)
+        seen = np.zeros(S, dtype=np.int64)
         for c, name in enumerate(spec.targets):
             _fill(targets, c, columns.columns[name], source, dense)
-            loc[:, c], scale[:, c] = _fit_scaler(targets[:, c], offsets, fit_end, spec.scaler)
-        del targets  # unmapped: the pages stay in the page cache, other mappings see them
+            fitted = _fit_scaler(targets[:, c], offsets, fit_end, spec.scaler)
+            loc[:, c], scale[:, c], observed = fitted
+            seen += observed
+        del targets
+        if not seen.all():
+            raise _Unobserved(
+                kept[seen == 0]
+            )  # unmapped: the pages stay in the page cache, other mappings see them
         dynamic = [*spec.known, *spec.observed]
         covariates = _open(tmp, "covariates", (total, len(dynamic)), np.float32)
         if dynamic and dense is not None:
@@ -447,13 +459,11 @@ def _encode(values: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, list[An
 
 def _fit_scaler(
     values: np.ndarray, offsets: np.ndarray, fit_end: np.ndarray, scaler: str | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-series loc and scale over the observed values of steps ``[0, fit_end)`` of each
-    series (``values``: one store column, NaN where missing), from running sums."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-series loc, scale and count of observed values over steps ``[0, fit_end)`` of
+    each series (``values``: one store column, NaN where missing), from running sums."""
     count = len(fit_end)
     loc, scale = np.zeros(count), np.ones(count)
-    if scaler is None:
-        return loc, scale
     seen = ~np.isnan(values)
     start, stop = offsets[:-1], offsets[:-1] + fit_end
 
@@ -461,12 +471,15 @@ def _fit_scaler(
         running = np.concatenate([[0.0], np.cumsum(x, dtype=np.float64)])
         return running[stop] - running[start]
 
+    observed = sums(seen).astype(np.int64)
+    if scaler is None:
+        return loc, scale, observed
     clean = np.where(seen, values, 0).astype(np.float64)
-    n = np.maximum(sums(seen), 1)
+    n = np.maximum(observed, 1)
     if scaler == "mean":
         scale = sums(np.abs(clean)) / n
     else:
         loc = sums(clean) / n
         scale = np.sqrt(np.maximum(sums(clean * clean) / n - loc * loc, 0))
     scale = np.where(scale > 1e-6 * np.maximum(np.abs(loc), 1), scale, 1.0)
-    return loc, scale
+    return loc, scale, observed
