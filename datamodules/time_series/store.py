@@ -380,11 +380,9 @@ def _write_store(
             fitted = _fit_scaler(targets[:, c], offsets, fit_end, spec.scaler)
             loc[:, c], scale[:, c], observed = fitted
             seen += observed
-        del targets
+        del targets  # unmapped: the pages stay in the page cache, other mappings see them
         if not seen.all():
-            raise _Unobserved(
-                kept[seen == 0]
-            )  # unmapped: the pages stay in the page cache, other mappings see them
+            raise _Unobserved(kept[seen == 0])
         dynamic = [*spec.known, *spec.observed]
         covariates = _open(tmp, "covariates", (total, len(dynamic)), np.float32)
         if dynamic and dense is not None:
