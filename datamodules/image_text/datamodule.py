@@ -326,6 +326,7 @@ class ImageTextDataModule(BaseDataModule):
         """
         if self.conversations is not None:
             BaseDataModule.setup(self, stage)
+            self.conversations.announce_overlong()
             return
         self.stream_splits.setup(stage)
         head = self.text_key.partition(".")[0]
