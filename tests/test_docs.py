@@ -9,7 +9,6 @@ without its block) fails the suite.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any
 import pytest
 import torch
 from PIL import Image
+
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -299,6 +300,6 @@ def test_quickstart_prose_matches_its_commands() -> None:
     assert subsets
     for command in subsets:  # each runs from a fresh interpreter and selects tests
         args = [sys.executable, *command.split()[1:], "--collect-only"]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        done = subprocesses.run(args, cwd=ROOT, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         assert re.search(r"^\d+ tests collected", done.stdout.splitlines()[-1])

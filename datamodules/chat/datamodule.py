@@ -48,6 +48,7 @@ from datamodules.core.views import SplitView
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import check_remote_options
+from datamodules.tokenizing.loading import load_tokenizer
 from datamodules.tokens.blends import TokenBlends, check_blend
 from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
 from datamodules.tokens.mixture import BlendCorpus
@@ -86,8 +87,9 @@ class ChatDataModule(BaseDataModule):
         test_file: Test files, replacing the random ``test_split``.
         messages_key: The key (column) of the message list.
         tokenizer: A ``transformers`` tokenizer, or a ``tokenizers.Tokenizer`` (give
-            ``chat_template=`` then). Not saved in checkpoints: give it again to
-            ``load_from_checkpoint``.
+            ``chat_template=`` then), or the path of a saved one (a ``save_pretrained``
+            folder, or a ``tokenizer.json``: what ``--data.tokenizer PATH`` gives). Not saved
+            in checkpoints: give it again to ``load_from_checkpoint``.
         chat_template: A Jinja chat template; replaces the tokenizer's (needed when the
             tokenizer has none).
         train_on: ``"assistant"`` (every assistant message), ``"last"`` (the last one) or
@@ -168,6 +170,7 @@ class ChatDataModule(BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
+        tokenizer = load_tokenizer(tokenizer)
         if tokenizer is None:
             raise ValueError(
                 "tokenizer=None is not accepted: ChatDataModule renders conversations with "

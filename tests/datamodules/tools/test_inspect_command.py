@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import subprocesses
+
 ROOT = Path(__file__).resolve().parents[3]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 SHORT_NAME = re.compile(r"--data[ =]([A-Z]\w*)")
@@ -41,9 +43,7 @@ def run_fresh(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocesses.run([sys.executable, *args], cwd=cwd, env=env, text=True)
 
 
 def test_the_docs_show_the_short_name_form() -> None:
