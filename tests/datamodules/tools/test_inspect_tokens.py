@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,15 @@ from tests.datamodules.image_text.vlm_data import vlm_tokenizer, write_conversat
 
 ROOT = Path(__file__).resolve().parents[3]
 PNG = b"\x89PNG\r\n\x1a\n"
+PAGES = [ROOT / "docs" / "datamodules" / "chat.md", ROOT / "docs" / "datamodules" / "image-text.md"]
+#: The inspect commands of the chat and image-text pages, run as shown (in the fixture folder,
+#: whose files have the names they use); ``--data.help`` is run on its own below.
+DOCUMENTED = [
+    line.strip()
+    for page in PAGES
+    for line in page.read_text().splitlines()
+    if line.startswith("python -m datamodules inspect --data ")
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +41,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with open(root / "chat.jsonl", "w") as f:
         for record in arithmetic(40):
             f.write(json.dumps(record) + "\n")
-    chat_tokenizer().save_pretrained(root / "chat-tokenizer")
+    chat_tokenizer().save_pretrained(root / "my-tokenizer")
     raw_tokenizer().save(str(root / "tokenizer.json"))
-    vlm_tokenizer().save_pretrained(root / "vlm-tokenizer")
+    vlm_tokenizer().save_pretrained(root / "my-vlm-tokenizer")
     write_conversation_tars(root / "vlm", range(24), shards=2)
     write_tars(root / "pairs", range(12))
     return root
@@ -58,38 +68,32 @@ def inspect(data: Path, *args: str) -> tuple[str, Path]:
     return done.stdout, out
 
 
-def test_chat_padded_with_a_tokenizer_folder(data: Path) -> None:
-    stdout, _ = inspect(
-        data, "--data", "ChatDataModule", "--data.train_file", "chat.jsonl",
-        "--data.tokenizer", "chat-tokenizer", "--data.batch_size", "4",
-        "--data.num_workers", "0", "--data.token_cache", "cache",
-    )  # fmt: skip
-    assert "  rendering: train_on='assistant', messages_key='messages', padded" in stdout
-    assert "  input_ids: (4, " in stdout
+def test_the_docs_show_chat_and_conversations_about_images() -> None:
+    assert [shlex.split(c)[5] for c in DOCUMENTED] == ["ChatDataModule", "ImageTextDataModule"]
 
 
-def test_chat_packed_with_a_tokenizer_json_and_a_template(data: Path) -> None:
+@pytest.mark.parametrize("command", DOCUMENTED, ids=["chat", "image-text"])
+def test_a_documented_command_runs_in_a_fresh_interpreter(data: Path, command: str) -> None:
+    stdout, _ = inspect(data, *shlex.split(command)[4:])
+    if "ChatDataModule" in command:  # packed, with a tokenizer folder
+        assert (
+            "  rendering: train_on='assistant', messages_key='messages', packed into rows "
+            "of 128" in stdout
+        )
+        assert "  input_ids: (8, 128) int64" in stdout and "  cu_seqlens: (" in stdout
+    else:
+        assert "packed into rows of 200 tokens, <= 6 images a batch" in stdout
+        assert "  pixel_values: (" in stdout
+
+
+def test_chat_padded_with_a_tokenizer_json_and_a_template(data: Path) -> None:
     stdout, _ = inspect(
         data, "--data", "ChatDataModule", "--data.train_file", "chat.jsonl",
         "--data.tokenizer", "tokenizer.json", "--data.chat_template", CHATML,
-        "--data.packing", "true", "--data.seq_length", "128", "--data.batch_size", "8",
-        "--data.num_workers", "0", "--data.token_cache", "cache",
+        "--data.batch_size", "4", "--data.num_workers", "0", "--data.token_cache", "cache",
     )  # fmt: skip
-    assert "packed into rows of 128" in stdout
-    assert "  cu_seqlens: (" in stdout and "  input_ids: (8, 128) int64" in stdout
-
-
-def test_conversations_about_images_packed(data: Path) -> None:
-    stdout, _ = inspect(
-        data, "--data", "ImageTextDataModule", "--data.train_files", "vlm/*.tar",
-        "--data.messages_key", "json", "--data.image_key", "0.png;1.png;2.png",
-        "--data.tokenizer", "vlm-tokenizer", "--data.image_tokens", "4",
-        "--data.image_size", "8", "--data.packing", "true", "--data.seq_length", "200",
-        "--data.max_images", "6", "--data.batch_size", "2", "--data.num_workers", "0",
-        "--data.token_cache", "cache",
-    )  # fmt: skip
-    assert "packed into rows of 200 tokens, <= 6 images a batch" in stdout
-    assert "  pixel_values: (" in stdout
+    assert "  rendering: train_on='assistant', messages_key='messages', padded" in stdout
+    assert "  input_ids: (4, " in stdout and "cu_seqlens" not in stdout
 
 
 def test_caption_pairs_with_a_tokenizer_json(data: Path) -> None:
