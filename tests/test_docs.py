@@ -278,6 +278,15 @@ def test_getting_started_has_the_readme_quickstart() -> None:
     assert docs == quickstart_commands(README.read_text())
 
 
+def test_readme_and_getting_started_give_one_figure_for_the_suite() -> None:
+    said = r"whole suite takes about (\d+) minutes on 2 CPU cores \(([\d,]+) tests in "
+    said += r"(\d+ min \d+ s)"
+    readme = re.search(said, " ".join(README.read_text().split()))
+    guide = re.search(said, " ".join((DOCS / "getting-started.md").read_text().split()))
+    assert readme is not None and guide is not None
+    assert readme.groups() == guide.groups()
+
+
 def test_readme_links_into_docs_exist() -> None:
     links = re.findall(r"\]\((docs/[^)#\s]+)", README.read_text())
     assert links, "the README should link to its docs pages"
