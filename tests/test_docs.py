@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 import pytest
 import torch
 from PIL import Image
+
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -292,6 +293,15 @@ def test_getting_started_has_the_readme_quickstart() -> None:
     assert docs == quickstart_commands(README.read_text())
 
 
+def test_readme_and_getting_started_give_one_figure_for_the_suite() -> None:
+    said = r"whole suite takes about (\d+) minutes on 2 CPU cores \(([\d,]+) tests in "
+    said += r"(\d+ min \d+ s)"
+    readme = re.search(said, " ".join(README.read_text().split()))
+    guide = re.search(said, " ".join((DOCS / "getting-started.md").read_text().split()))
+    assert readme is not None and guide is not None
+    assert readme.groups() == guide.groups()
+
+
 def test_readme_links_into_docs_exist() -> None:
     links = re.findall(r"\]\((docs/[^)#\s]+)", README.read_text())
     assert links, "the README should link to its docs pages"
@@ -314,6 +324,6 @@ def test_quickstart_prose_matches_its_commands() -> None:
     assert subsets
     for command in subsets:  # each runs from a fresh interpreter and selects tests
         args = [sys.executable, *command.split()[1:], "--collect-only"]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        done = subprocesses.run(args, cwd=ROOT, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         assert re.search(r"^\d+ tests collected", done.stdout.splitlines()[-1])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from datamodules import (
     TensorDataModule,
     TextDataModule,
 )
+from tests import subprocesses
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
 from tests.datamodules.text.test_packing import token_ids
 
@@ -72,11 +72,9 @@ print(json.dumps(parts))
 
 
 def read_without_the_library(path: Path, qualname: str) -> dict[str, Any]:
-    result = subprocess.run(
+    result = subprocesses.run(
         [sys.executable, "-c", READER, str(path), qualname],
-        capture_output=True,
         text=True,
-        timeout=120,
         cwd=path.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
