@@ -8,8 +8,6 @@ beyond the split hidden, calendar features looked up from the grid's table.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -112,8 +110,3 @@ class WindowBatchView(SplitView):
 
 def _join(parts: list[np.ndarray]) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts, axis=2), dtype=np.float32)
-
-
-def describe_batch(batch: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """The shape of every tensor of a batch (for summaries and docs)."""
-    return {key: tuple(value.shape) for key, value in batch.items()}
