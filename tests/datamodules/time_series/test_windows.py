@@ -69,6 +69,7 @@ def leaks(dm: Any, keys: list[tuple[int, int]], split_by: str) -> list[tuple[int
         {"split_by": "time", "min_length": 5},
         {"split_by": "series", "val_split": 1, "test_split": 1},
         {"split_by": "series", "val_split": 1, "windows_per_series": 3, "test_split": 1},
+        {"split_by": "series", "val_split": 1, "test_split": 1, "eval_windows": "all"},
     ],
 )
 def test_no_training_window_touches_a_held_out_step(kwargs: dict[str, Any]) -> None:
