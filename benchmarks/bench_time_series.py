@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -138,6 +139,7 @@ def memory_child(side: str, series: int) -> None:
     before = _status("VmRSS")
     setup_once(side, frame, store)
     print(json.dumps({"added": _status("VmHWM") - before}))
+    shutil.rmtree(store, ignore_errors=True)
 
 
 def _status(key: str) -> int:
@@ -260,6 +262,7 @@ def main() -> None:
     bare = bare_gather(frame, dm)
     print(f"bare NumPy gather of the same windows (values only): {bare:,.0f} windows/s")
     print("load after:", os.getloadavg())
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _as_dicts(loader: Any) -> Any:
