@@ -24,6 +24,7 @@ __all__ = [
     "StreamingDataModule",
     "TensorDataModule",
     "TextDataModule",
+    "TimeSeriesDataModule",
 ]
 
 #: Where each public name is defined.
@@ -38,6 +39,7 @@ _HOMES = {
     "StreamingDataModule": "datamodules.streaming.datamodule",
     "TensorDataModule": "datamodules.tensor",
     "TextDataModule": "datamodules.text.datamodule",
+    "TimeSeriesDataModule": "datamodules.time_series.datamodule",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from datamodules.streaming.datamodule import StreamingDataModule
     from datamodules.tensor import TensorDataModule
     from datamodules.text.datamodule import TextDataModule
+    from datamodules.time_series.datamodule import TimeSeriesDataModule
     from datamodules.tools.monitor import DataWaitMonitor
 
 

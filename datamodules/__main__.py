@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import datamodules
 
-__all__ = ["USAGE", "import_named_class", "main"]
+__all__ = ["USAGE", "expand_help", "import_named_class", "main"]
 
 USAGE = """usage: python -m datamodules inspect --data CLASS [--data.ARG VALUE ...] [--tune]
                                      [--split {train,val,test}] [--out PATH]
@@ -55,6 +55,18 @@ def import_named_class(argv: list[str]) -> None:
             getattr(datamodules, name)
 
 
+def expand_help(argv: list[str]) -> list[str]:
+    """``--data.help NAME`` with a public short name (as ``--data NAME`` takes it) becomes
+    ``--data.help datamodules.NAME``: jsonargparse's help wants an import path."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--data.help" and i + 1 < len(out) and out[i + 1] in datamodules.__all__:
+            out[i + 1] = f"datamodules.{out[i + 1]}"
+        elif arg.startswith("--data.help=") and arg.split("=", 1)[1] in datamodules.__all__:
+            out[i] = f"--data.help=datamodules.{arg.split('=', 1)[1]}"
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatches to a command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -81,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from datamodules.tools.inspect_cli import expand_config
     from datamodules.tools.inspect_cli import main as inspect_main
 
-    rest = expand_config(rest)
+    rest = expand_help(expand_config(rest))
     import_named_class(rest)
     return inspect_main(rest)
 

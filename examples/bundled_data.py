@@ -17,7 +17,12 @@ from typing import Any
 
 import torch
 
-from datamodules import ImageFolderDataModule, StreamingDataModule, TensorDataModule
+from datamodules import (
+    ImageFolderDataModule,
+    StreamingDataModule,
+    TensorDataModule,
+    TimeSeriesDataModule,
+)
 from datamodules.images.index import ImageFolderIndex
 
 
@@ -189,3 +194,40 @@ class DigitsStream(StreamingDataModule):
     def setup(self, stage: str | None = None) -> None:
         self.prepare_data()
         super().setup(stage)
+
+
+class Co2DataModule(TimeSeriesDataModule):
+    """statsmodels' weekly CO2 at Mauna Loa, 1958-2001 (2,284 weeks, 59 missing: masked).
+
+    One series at ``freq="W-SAT"``; the last ``prediction_length`` weeks test and the
+    ``prediction_length`` before them validate (splits in time).
+
+    Args:
+        context_length: Weeks of context.
+        prediction_length: Weeks of horizon.
+        val_split: The last weeks (before the test weeks) that validate.
+        test_split: The last weeks that test.
+        **kwargs: Other :class:`~datamodules.TimeSeriesDataModule` arguments.
+    """
+
+    def __init__(
+        self,
+        context_length: int = 104,
+        prediction_length: int = 52,
+        val_split: int | float = 52,
+        test_split: int | float = 52,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            time_column="time", freq="W-SAT", context_length=context_length,
+            prediction_length=prediction_length, val_split=val_split, test_split=test_split,
+            **kwargs,
+        )  # fmt: skip
+
+    def load_frame(self) -> Any:
+        """The weekly series as a frame of ``time`` and ``target``."""
+        import pandas as pd
+        import statsmodels.api as sm
+
+        data = sm.datasets.co2.load_pandas().data
+        return pd.DataFrame({"time": data.index, "target": data["co2"].to_numpy()})

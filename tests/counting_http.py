@@ -99,6 +99,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             start = int(first)
             end = min(int(last), len(data) - 1) if last else len(data) - 1
         body = memoryview(data)[start : end + 1]
+        # Counted before the first byte leaves, and each chunk before it is sent: a client
+        # that has the response in hand always finds it counted (a count taken after the
+        # send could still be missing when the client asks for the counts).
+        self.owner.note("GET", self.path, 0)
         self.send_response(206 if header else 200)
         self.send_header("Content-Length", str(len(body)))
         if header:
@@ -106,21 +110,20 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         for key, value in validators.items():
             self.send_header(key, value)
         self.end_headers()
-        sent = 0
         began = time.perf_counter()
         chunk = 64 * 1024
-        try:
-            for at in range(0, len(body), chunk):
-                self.wfile.write(body[at : at + chunk])
-                sent += len(body[at : at + chunk])
-                if self.owner.bandwidth:
-                    ahead = (at + chunk) / self.owner.bandwidth - (time.perf_counter() - began)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        except (BrokenPipeError, ConnectionResetError):  # the client went away
-            pass
-        finally:
-            self.owner.note("GET", self.path, sent)
+        for at in range(0, len(body), chunk):
+            piece = body[at : at + chunk]
+            self.owner.sent(self.path, len(piece))
+            try:
+                self.wfile.write(piece)
+            except (BrokenPipeError, ConnectionResetError):  # the client went away
+                self.owner.sent(self.path, -len(piece))
+                return
+            if self.owner.bandwidth:
+                ahead = (at + chunk) / self.owner.bandwidth - (time.perf_counter() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
 
 
 class CountingServer:
@@ -153,6 +156,11 @@ class CountingServer:
         with self._lock:
             self.requests[(method, path)] += 1
             self.bytes[path] += sent
+
+    def sent(self, path: str, count: int) -> None:
+        """Counts ``count`` body bytes of ``path`` (negative: a chunk that did not leave)."""
+        with self._lock:
+            self.bytes[path] += count
 
     def logged(self, request: Request) -> None:
         with self._lock:

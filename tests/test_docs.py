@@ -8,8 +8,8 @@ without its block) fails the suite.
 
 from __future__ import annotations
 
+import math
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import torch
 from PIL import Image
+
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -229,6 +231,19 @@ def check_preference_subclass(run: Runner, tmp_path: Path, monkeypatch: pytest.M
     assert int(chosen.split()[-1][:-11]) + 1 == int(rejected.split()[-1][:-11])
 
 
+def check_sine_waves(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dm = run()["SineDataModule"](context_length=48, prediction_length=12, store=tmp_path)
+    dm.setup("fit")
+    # Steps [0, 180) of each of 8 waves train: futures from step 48 to 168; the last 20 validate.
+    assert dm.windows("train") == 8 * 121 and dm.windows("val") == 8
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["past_values"].shape == (8, 48) and batch["future_values"].shape == (8, 12)
+    assert (batch["window_start"] + 48).tolist() == [188] * 8
+    raw = dm.inverse_transform(batch["future_values"], batch)
+    want = torch.tensor([[math.sin(t / 8 + p) for t in range(188, 200)] for p in range(8)])
+    assert torch.allclose(raw, want, atol=1e-5)
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -244,6 +259,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "pack-labels": check_pack_labels,
     "chat-renderer": check_chat_renderer,
     "preference-subclass": check_preference_subclass,
+    "sine-waves": check_sine_waves,
 }
 
 
@@ -264,7 +280,7 @@ def test_runnable_block(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_subclass_examples_stay_short() -> None:
     """The docs promise a subclass of each DataModule in under 20 lines."""
-    for name in ("wine", "csv-images", "surnames", "pairs", "preference-subclass"):
+    for name in ("wine", "csv-images", "surnames", "pairs", "preference-subclass", "sine-waves"):
         lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
         assert len(lines) < 20, f"{name}: {len(lines)} lines"
 
@@ -293,6 +309,15 @@ def test_getting_started_has_the_readme_quickstart() -> None:
     assert docs == quickstart_commands(README.read_text())
 
 
+def test_readme_and_getting_started_give_one_figure_for_the_suite() -> None:
+    said = r"whole suite takes about (\d+) minutes on 2 CPU cores \(([\d,]+) tests in "
+    said += r"(\d+ min \d+ s)"
+    readme = re.search(said, " ".join(README.read_text().split()))
+    guide = re.search(said, " ".join((DOCS / "getting-started.md").read_text().split()))
+    assert readme is not None and guide is not None
+    assert readme.groups() == guide.groups()
+
+
 def test_readme_links_into_docs_exist() -> None:
     links = re.findall(r"\]\((docs/[^)#\s]+)", README.read_text())
     assert links, "the README should link to its docs pages"
@@ -315,6 +340,6 @@ def test_quickstart_prose_matches_its_commands() -> None:
     assert subsets
     for command in subsets:  # each runs from a fresh interpreter and selects tests
         args = [sys.executable, *command.split()[1:], "--collect-only"]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        done = subprocesses.run(args, cwd=ROOT, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         assert re.search(r"^\d+ tests collected", done.stdout.splitlines()[-1])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming", "chat", "image_text", "preference")
+KINDS = ("tensor", "images", "text", "streaming", "chat", "image_text", "preference", "time_series")
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
@@ -166,6 +166,8 @@ OWN_JSON = {
     "datamodules.conversations.records",
     "datamodules.stream_parts.splits",
     "datamodules.stream_engine.position",
+    "datamodules.time_series.store",
+    "datamodules.time_series.datamodule",
 }
 
 
@@ -184,6 +186,7 @@ OWN_JSON = {
             "tokenizing",
             "tokens",
             "chat",
+            "time_series",
         )
     ],
     ids=lambda p: str(p.relative_to(ROOT)),

@@ -29,9 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from datamodules.chat.views import OVERLONG, ChatDocuments, ChatPackedView, ChatPaddedView
+from datamodules.chat.views import ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
 from datamodules.conversations.corpus import RecordCorpus, is_dataset
 from datamodules.conversations.store_build import store_ranks
@@ -41,6 +40,7 @@ from datamodules.core.checks import check_bool, check_choice, check_int, check_o
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
+from datamodules.core.overlong import OVERLONG, OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -48,6 +48,7 @@ from datamodules.core.views import SplitView
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import check_remote_options
+from datamodules.tokenizing.loading import load_tokenizer
 from datamodules.tokens.blends import TokenBlends, check_blend
 from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
 from datamodules.tokens.mixture import BlendCorpus
@@ -86,12 +87,16 @@ class ChatDataModule(BaseDataModule):
         test_file: Test files, replacing the random ``test_split``.
         messages_key: The key (column) of the message list.
         tokenizer: A ``transformers`` tokenizer, or a ``tokenizers.Tokenizer`` (give
-            ``chat_template=`` then). Not saved in checkpoints: give it again to
-            ``load_from_checkpoint``.
+            ``chat_template=`` then), or the path of a saved one (a ``save_pretrained``
+            folder, or a ``tokenizer.json``: what ``--data.tokenizer PATH`` gives). Not saved
+            in checkpoints: give it again to ``load_from_checkpoint``.
         chat_template: A Jinja chat template; replaces the tokenizer's (needed when the
             tokenizer has none).
         train_on: ``"assistant"`` (every assistant message), ``"last"`` (the last one) or
             ``"all"`` (every token).
+        eos_token: The token that ends a prompt/completion record of strings, for a tokenizer
+            that declares no ``eos_token`` (a ``tokenizers.Tokenizer`` never does), e.g.
+            ``"<|im_end|>"``; None: the tokenizer's own.
         packing: Pack the conversations into rows of ``seq_length`` tokens, each whole in
             one row.
         seq_length: Tokens per packed row (with ``packing=True``).
@@ -132,6 +137,7 @@ class ChatDataModule(BaseDataModule):
         tokenizer: Any = None,
         chat_template: str | None = None,
         train_on: str = "assistant",
+        eos_token: str | None = None,
         packing: bool = False,
         seq_length: int | None = None,
         max_length: int | None = None,
@@ -164,14 +170,25 @@ class ChatDataModule(BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
+        tokenizer = load_tokenizer(tokenizer)
         if tokenizer is None:
             raise ValueError(
                 "tokenizer=None is not accepted: ChatDataModule renders conversations with "
                 "your tokenizer's chat template; give a transformers tokenizer, or a "
                 "tokenizers.Tokenizer with chat_template=."
             )
+        if self.stratify:
+            raise ValueError(
+                "stratify=True does not apply to ChatDataModule: conversations carry no class "
+                "labels to keep in proportion across the splits; leave stratify at its default, "
+                "False."
+            )
         self.renderer = ChatRenderer(
-            tokenizer, chat_template=chat_template, train_on=train_on, messages_key=messages_key
+            tokenizer,
+            chat_template=chat_template,
+            train_on=train_on,
+            messages_key=messages_key,
+            eos_token=eos_token,
         )
         self.tokenizer = tokenizer
         self.train_on, self.messages_key = train_on, messages_key
@@ -224,7 +241,7 @@ class ChatDataModule(BaseDataModule):
         )  # fmt: skip
         self._documents: dict[str, ChatDocuments] = {}
         self._planners: dict[str, PackPlanner] = {}
-        self._warned = False
+        self.overlong_report = OverlongReport(type(self).__name__, "conversation", overlong)
 
     def _check_inputs(
         self, conversations: Any, train_file: Any, val_file: Any, test_file: Any
@@ -305,20 +322,14 @@ class ChatDataModule(BaseDataModule):
         """Renders (or maps) the conversations and splits them, once; warns on rank 0 about
         conversations over the limit."""
         super().setup(stage)
-        over = sum(d.overlong for d in self._parts())
-        if over and not self._warned:
-            self._warned = True
-            rank_zero_warn(f"ChatDataModule: {self._overlong_line()}")
+        self.overlong_report.announce(*self._overlong_count())
 
-    def _overlong_line(self) -> str:
-        over = sum(d.overlong for d in self._parts())
-        cut = sum(d.cut_tokens for d in self._parts())
-        name = "seq_length" if self.packing else "max_length"
-        done = {"drop": "dropped", "truncate": f"cut to the limit ({cut:,} tokens cut)"}
-        return (
-            f"{counted(over, 'conversation')} over {name}={self.limit} "
-            f"{done.get(self.overlong, '')} (overlong={self.overlong!r})"
-        )
+    def _overlong_count(self) -> tuple[int, str, str]:
+        """(conversations over the limit, the limit as set, tokens cut)."""
+        parts = self._parts()
+        cut = sum(d.cut_tokens for d in parts)
+        limits = f"{self._limit_name}={self.limit}"
+        return sum(d.overlong for d in parts), limits, f"{cut:,} tokens"
 
     @property
     def skipped(self) -> Skipped:
@@ -448,7 +459,7 @@ class ChatDataModule(BaseDataModule):
                 epoch = getattr(self._samplers.get("train"), "epoch", 0)
                 lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
         if self.limit is not None:
-            lines.append(f"  overlong: {self._overlong_line()}")
+            lines.append(f"  overlong: {self.overlong_report.line(*self._overlong_count())}")
         lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
         if self.packing:
             sampler = self._samplers.get("train")

@@ -20,14 +20,12 @@ import numpy as np
 import torch
 
 from collates.pack_rows import IGNORE_INDEX, gather_rows
+from datamodules.core.overlong import OVERLONG
 from datamodules.tokens.encoding import EncodedTexts, TextBatchView, gather_padded
 from datamodules.tokens.packing import PackedTextView, PackPlanner
 from datamodules.tokens.store import StoredDocuments
 
 __all__ = ["ChatDocuments", "ChatPackedView", "ChatPaddedView", "OVERLONG"]
-
-#: What ``overlong=`` accepts.
-OVERLONG = ("drop", "truncate", "error")
 
 
 class ChatDocuments:

@@ -159,6 +159,9 @@ class ChatRenderer:
         train_on: ``"assistant"`` (every assistant turn), ``"last"`` (the last assistant turn)
             or ``"all"`` (every token).
         messages_key: The record's key holding the messages.
+        eos_token: The token that ends a prompt/completion record of strings (and the
+            template's ``eos_token``), for a tokenizer that declares none (a
+            ``tokenizers.Tokenizer`` never does); None: the tokenizer's own.
 
     Attributes:
         tokenizer: The transformers tokenizer used.
@@ -180,8 +183,12 @@ class ChatRenderer:
         chat_template: str | None = None,
         train_on: str = "assistant",
         messages_key: str = "messages",
+        eos_token: str | None = None,
     ) -> None:
         self.tokenizer = as_chat_tokenizer(tokenizer)
+        check_string(
+            eos_token, "eos_token", "a token of the tokenizer's vocabulary or None", allow_none=True
+        )
         check_string(
             chat_template, "chat_template", "a Jinja chat template or None", allow_none=True
         )
@@ -200,14 +207,32 @@ class ChatRenderer:
             )
         self.chat_template = template
         self.marks_generation = bool(_GENERATION.search(template))
-        self.eos_id = self.tokenizer.eos_token_id
+        self.eos_token = eos_token
+        self.eos_id = (
+            self.tokenizer.eos_token_id if eos_token is None else self._token_id(eos_token)
+        )
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_id if self.eos_id is not None else 0)
         self.vocab_size = len(self.tokenizer)
         # What apply_chat_template hands the template besides the messages.
         specials = dict(self.tokenizer.special_tokens_map)
+        if eos_token is not None:
+            specials["eos_token"] = eos_token
         private = _renderer()
         self._template_kwargs = specials if private is None else private["plain"](specials)
+
+    def _token_id(self, token: str) -> int:
+        """The id of ``eos_token`` in the vocabulary; refused when it has none."""
+        found = self.tokenizer.convert_tokens_to_ids(token)
+        unknown = self.tokenizer.unk_token_id
+        if not isinstance(found, int) or (found == unknown and token != self.tokenizer.unk_token):
+            raise rejected(
+                "eos_token",
+                token,
+                "a token of the tokenizer's vocabulary (one id, e.g. a special "
+                "token such as '<|im_end|>' or '<|endoftext|>')",
+            )
+        return found
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -225,6 +250,8 @@ class ChatRenderer:
             "messages_key": self.messages_key,
             "rules": RULES_VERSION,
         }
+        if self.eos_token is not None:  # only then: stores rendered without it keep their keys
+            parts["eos_token"] = self.eos_token
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
     # -- the two entry points ------------------------------------------------------------------
@@ -391,7 +418,8 @@ class ChatRenderer:
         if self.eos_id is None:
             raise ConversationError(
                 "a prompt/completion record of strings ends with EOS, but the tokenizer has no "
-                "eos_token"
+                "eos_token: give eos_token= (the token that ends a completion, e.g. "
+                "eos_token='<|im_end|>' for ChatML), or a tokenizer that declares one"
             )
         if self.train_on != "all" and not completion:
             raise ConversationError(

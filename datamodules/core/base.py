@@ -470,12 +470,14 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
     def plot_batch(self, batch: Any, path: str | os.PathLike[str]) -> Path:
         """Writes a PNG picture of one batch to ``path`` and returns the path written.
 
-        The default draws tensor batches: an image grid for ``(N, C, H, W)`` images, else a
-        heat map of the samples' (z-scored) values with their labels and the label counts.
-        Override for other data, e.g. with :func:`datamodules.tools.pictures.plot_lengths` for
+        The default draws token batches (a dict with 2-D ``input_ids``, padded or packed) row
+        by row: documents, the tokens the loss trains on, padding, image tokens and images;
+        other tensor batches as an image grid for ``(N, C, H, W)`` images, else a heat map of
+        the samples' (z-scored) values with their labels and the label counts. Override for
+        other data, e.g. with :func:`datamodules.tools.pictures.plot_lengths` for
         variable-length sequences.
         """
-        return tool("plot_batch")(batch, path)
+        return tool("plot_batch")(batch, path, self)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for ddp_spawn or spawned workers: weak references and built loaders stay.

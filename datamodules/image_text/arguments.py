@@ -13,6 +13,7 @@ from datamodules.core.checks import (
     check_on_error,
     check_string,
 )
+from datamodules.core.overlong import OVERLONG
 
 __all__ = [
     "CONVERSATION_DEFAULTS",
@@ -21,8 +22,6 @@ __all__ = [
     "check_conversation_arguments",
 ]
 
-#: What ``overlong=`` accepts: a record over ``seq_length`` or ``max_images``.
-OVERLONG = ("drop", "truncate", "error")
 
 #: The arguments of conversations about images (``messages_key=``), at their defaults.
 CONVERSATION_DEFAULTS = {

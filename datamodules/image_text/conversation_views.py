@@ -257,6 +257,7 @@ class BudgetBatches:
             max_images=budget, seed=seed,
         )  # fmt: skip
         self.seq_length, self.max_images = seq_length, max_images
+        self.batch_size = batch_size
         self.image_tokens = docs.image_tokens
         self.table = RowTable.from_plan(self.plan.rows, docs.starts[positions], seq_length)
         self.fingerprint = (
@@ -374,7 +375,8 @@ def image_efficiency_line(batches: BudgetBatches, split: str) -> str:
     budget = "no image budget" if batches.max_images is None else f"max_images={batches.max_images}"
     return (
         f"  {split} packed: {plan.num_batches:,} batches, {rows:,} rows of {width} "
-        f"({rows / max(plan.num_batches, 1):.2f} a batch), {plan.num_images:,} images ({budget}); "
+        f"({rows / max(plan.num_batches, 1):.2f} a batch on average, batch_size="
+        f"{batches.batch_size} at most), {plan.num_images:,} images ({budget}); "
         f"token efficiency {tokens:.4f} per row slot, {filled:.4f} per row ({text:.4f} text "
-        f"alone); image efficiency {images:.4f}; {len(plan.over)} record(s) over a budget"
+        f"alone); image efficiency {images:.4f}"
     )

@@ -26,6 +26,7 @@ import torch
 from datamodules.conversations import ChatRenderer
 from datamodules.conversations.store_build import count_store_skips, render_workers
 from datamodules.core.checks import check_int
+from datamodules.core.overlong import OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -112,6 +113,8 @@ class ConversationParts:
         self.messages_key, self.image_keys, self.image_token = messages_key, image_keys, image_token
         self.packing, self.seq_length, self.max_images = packing, seq_length, max_images
         self.overlong, self.on_error = overlong, on_error
+        #: The words and the one warning for records over a budget.
+        self.overlong_report = OverlongReport("ImageTextDataModule", "record", overlong)
         check_int(tokenize_workers, "tokenize_workers", 0, words=("auto",))
         self.tokenize_workers, self.ranks = tokenize_workers, ranks
         if token_cache is False:
@@ -233,6 +236,21 @@ class ConversationParts:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ summary
+    @property
+    def _limits(self) -> str:
+        return f"seq_length={self.seq_length} or max_images={self.max_images}"
+
+    @staticmethod
+    def _cut(docs: list[ImageConversations]) -> str:
+        tokens, images = sum(d.cut_tokens for d in docs), sum(d.cut_images for d in docs)
+        return f"{tokens:,} tokens, {images} images"
+
+    def announce_overlong(self) -> None:
+        """Warns once, on rank 0, of the records over a budget in every store opened."""
+        docs = list(self._docs.values())
+        count = sum(d.overlong for d in docs)
+        self.overlong_report.announce(count, self._limits, self._cut(docs))
+
     def lines(self) -> list[str]:
         """The summary's lines: rendering, records, tokens and images per split, overlong
         records, and (packing) each split's plan with both efficiencies."""
@@ -254,13 +272,8 @@ class ConversationParts:
                 f"tokens, {docs.num_images:,} images (store {docs.path})"
             )
             if docs.overlong:
-                done = "dropped" if self.overlong == "drop" else (
-                    f"cut ({docs.cut_tokens:,} tokens, {docs.cut_images} images cut)"
-                )  # fmt: skip
-                lines.append(
-                    f"  {split} overlong: {counted(docs.overlong, 'record')} over "
-                    f"seq_length={self.seq_length} or max_images={self.max_images} {done}"
-                )
+                line = self.overlong_report.line(docs.overlong, self._limits, self._cut([docs]))
+                lines.append(f"  {split} overlong: {line}")
         for split, batches in self._batches.items():
             lines.append(image_efficiency_line(batches, split))
         return lines

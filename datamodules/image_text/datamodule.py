@@ -12,8 +12,7 @@ It is assembled from the stream parts (:mod:`datamodules.stream_parts`), not a s
 :class:`~datamodules.StreamingDataModule`: the splits (``dm.stream_splits``), the loaders and
 train position (``dm.stream_loaders``), the image path of records (``dm.image_records``: the
 image kinds' decoder, transforms and overrides, ``decode="scaled"``, uint8 batches in reused
-shared memory, normalisation on the device), and the captions
-(:mod:`~datamodules.image_text.captions`: one of a list per epoch, tokenized in the workers).
+shared memory, normalisation on the device), the captions (one of a list per epoch).
 So each pair comes once per epoch across ranks and workers, batches are even under DDP, resume
 is exact and elastic; a bad pair is named with its shard and key, and under ``on_error="skip"``
 counted in :attr:`ImageTextDataModule.skipped`. Conversations add a part of their own
@@ -60,6 +59,7 @@ from datamodules.stream_parts.image_records import (
 )
 from datamodules.stream_parts.splits import SPLITS, SplitsFingerprint
 from datamodules.tokenizing.adapter import FixedLength, tokenizer_pad_id
+from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["ImageTextDataModule"]
 
@@ -93,8 +93,8 @@ class ImageTextDataModule(BaseDataModule):
         tokenizer: A transformers tokenizer, a ``tokenizers.Tokenizer`` or a callable
             ``text -> ids``, run in the workers: ``input_ids`` are ``tokenizer(text,
             truncation=True, max_length=max_length)["input_ids"]`` padded to ``max_length``
-            with its pad id (:mod:`datamodules.tokenizing.adapter`). None: the captions as
-            strings (``batch["text"]``). Not saved in checkpoints.
+            with its pad id (:mod:`datamodules.tokenizing.adapter`); or a saved one's path (a
+            folder, a ``tokenizer.json``). None: the captions as strings. Not saved.
         max_length: Tokens per caption (77, CLIP's context length).
         chat_template: Conversations: the template (None: the tokenizer's).
         train_on: Conversations: ``"assistant"``, ``"last"`` or ``"all"``, as ChatDataModule.
@@ -219,6 +219,7 @@ class ImageTextDataModule(BaseDataModule):
         keys, _ = check_image_records(
             image_key, None, None, image_size, normalize, mean, std, None, decode
         )
+        tokenizer = load_tokenizer(tokenizer)  # a path: the tokenizer saved there
         if tokenizer is not None and messages_key is None:
             FixedLength(tokenizer, max_length)  # refuses what is not a tokenizer, here
         self.image_key, self.text_key, self.messages_key = image_key, text_key, messages_key
@@ -326,6 +327,7 @@ class ImageTextDataModule(BaseDataModule):
         """
         if self.conversations is not None:
             BaseDataModule.setup(self, stage)
+            self.conversations.announce_overlong()
             return
         self.stream_splits.setup(stage)
         head = self.text_key.partition(".")[0]

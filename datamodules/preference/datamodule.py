@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from datamodules.conversations.corpus import RecordCorpus, is_dataset
 from datamodules.conversations.store_build import store_ranks
@@ -40,6 +39,7 @@ from datamodules.core.checks import check_bool, check_choice, check_int, check_o
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
+from datamodules.core.overlong import OVERLONG, OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -55,6 +55,7 @@ from datamodules.preference.views import (
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import check_remote_options
+from datamodules.tokenizing.loading import load_tokenizer
 from datamodules.tokens.blends import TokenBlends, check_blend
 from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
 from datamodules.tokens.mixture import BlendCorpus
@@ -63,7 +64,6 @@ from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_li
 __all__ = ["PreferenceDataModule"]
 
 Files = str | os.PathLike | Sequence[Any] | None
-OVERLONG = ("drop", "truncate", "error")
 
 
 class PreferenceDataModule(BaseDataModule):
@@ -95,7 +95,8 @@ class PreferenceDataModule(BaseDataModule):
             a list of :class:`~datamodules.Source`.
         val_file: Validation files, replacing the random ``val_split``.
         test_file: Test files, replacing the random ``test_split``.
-        tokenizer: A ``transformers`` tokenizer, or a ``tokenizers.Tokenizer``. Not saved in
+        tokenizer: A ``transformers`` tokenizer, a ``tokenizers.Tokenizer``, or the path of a
+            saved one (a ``save_pretrained`` folder, or a ``tokenizer.json``). Not saved in
             checkpoints: give it again to ``load_from_checkpoint``.
         chat_template: A Jinja chat template replacing the tokenizer's (needed for message
             lists when the tokenizer has none).
@@ -163,11 +164,18 @@ class PreferenceDataModule(BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
+        tokenizer = load_tokenizer(tokenizer)
         if tokenizer is None:
             raise ValueError(
                 "tokenizer=None is not accepted: PreferenceDataModule tokenizes records as "
                 "TRL does, with your tokenizer; give a transformers tokenizer, or a "
                 "tokenizers.Tokenizer (with chat_template= for message lists)."
+            )
+        if self.stratify:
+            raise ValueError(
+                "stratify=True does not apply to PreferenceDataModule: pairs carry no class "
+                "labels to keep in proportion across the splits; leave stratify at its default, "
+                "False."
             )
         check_bool(packing, "packing")
         check_int(seq_length, "seq_length", 2, allow_none=True)
@@ -221,7 +229,7 @@ class PreferenceDataModule(BaseDataModule):
         )  # fmt: skip
         self._documents: dict[str, PreferenceDocuments | BlendCorpus] = {}
         self._planners: dict[str, PackPlanner] = {}
-        self._warned = False
+        self.overlong_report = OverlongReport(type(self).__name__, "record", overlong)
 
     def _check_inputs(
         self, pairs: Any, train_file: Any, val_file: Any, test_file: Any
@@ -315,9 +323,7 @@ class PreferenceDataModule(BaseDataModule):
                 f"{mixed.where(0)}: the records mix preference pairs and unpaired feedback "
                 f"({self.kinds}); a DataModule serves one or the other."
             )
-        if not self._warned and sum(p.overlong for p in parts):
-            self._warned = True
-            rank_zero_warn(f"PreferenceDataModule: {self._overlong_line()}")
+        self.overlong_report.announce(*self._overlong_count())
 
     @property
     def kinds(self) -> dict[str, int]:
@@ -336,15 +342,11 @@ class PreferenceDataModule(BaseDataModule):
         ``max_length`` (each sequence)."""
         return self.seq_length if self.packing else self.max_length
 
-    def _overlong_line(self) -> str:
-        parts = self._parts()
-        dropped, cut = sum(p.dropped for p in parts), sum(p.truncated for p in parts)
+    def _overlong_count(self) -> tuple[int, str]:
+        """Records over the limit, and the limit as set (the prompt's start is cut first)."""
+        over = sum(p.overlong for p in self._parts())
         name = "seq_length" if self.packing else "max_length"
-        done = f"{dropped} dropped" if self.overlong == "drop" else f"{cut} truncated"
-        return (
-            f"{counted(dropped + cut, 'record')} over {name}={self.limit} ({done}, "
-            f"overlong={self.overlong!r}, the prompt's start cut first)"
-        )
+        return over, f"{name}={self.limit}"
 
     @property
     def skipped(self) -> Skipped:
@@ -470,7 +472,7 @@ class PreferenceDataModule(BaseDataModule):
                 epoch = getattr(self._samplers.get("train"), "epoch", 0)
                 lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
         if self.limit is not None:
-            lines.append(f"  overlong: {self._overlong_line()}")
+            lines.append(f"  overlong: {self.overlong_report.line(*self._overlong_count())}")
         lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
         if self.packing:
             sampler = self._samplers.get("train")

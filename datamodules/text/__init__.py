@@ -7,7 +7,6 @@
 * :mod:`~datamodules.text.labels`: label ids across splits.
 * :mod:`~datamodules.text.views`: the views and samplers of its splits.
 * :mod:`~datamodules.text.inspection`: what ``python -m datamodules inspect`` shows for texts.
-* :mod:`~datamodules.text.pack_picture`: the inspect picture of a packed batch.
 
 The token store, its inputs, packing and blends, which chat data uses too, are the shared
 layer :mod:`datamodules.tokens`.

@@ -44,6 +44,7 @@ from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import LabelVocabulary
 from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.views import TextViews
+from datamodules.tokenizing.loading import load_tokenizer
 from datamodules.tokens.blends import blend_parts
 from datamodules.tokens.encoding import EncodedTexts
 from datamodules.tokens.packing import PackPlanner, check_packable
@@ -51,6 +52,7 @@ from datamodules.tokens.store_build import encode
 from datamodules.tokens.token_checks import check_vocab
 from datamodules.tokens.token_files import TokenFile
 from datamodules.tokens.vocab import (
+    LEVELS,
     PAD_ID,
     Vocabulary,
     describe_tokenizer,
@@ -136,7 +138,8 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
             credentials in it are never saved in checkpoints.
         retries: Retries of a transient remote failure, with exponential backoff.
         timeout: Seconds a remote request may go without producing a byte.
-        tokenizer: ``"char"`` (default), ``"word"`` (whitespace-separated), or your tokenizer.
+        tokenizer: ``"char"`` (default), ``"word"`` (whitespace-separated), your tokenizer, or
+            the path of a saved one (a ``save_pretrained`` folder, or a ``tokenizer.json``).
         lowercase: Lower-case texts before the built-in vocabulary sees them.
         min_freq: Built-in vocabulary: keep tokens seen at least this often in the train split.
         pad_id: Padding id; defaults to 0 for the built-in vocabulary, else the tokenizer's
@@ -229,6 +232,7 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
         reuse_batch_memory: bool = True,
     ) -> None:
         super().__init__(**shared_arguments(locals()))
+        tokenizer = load_tokenizer(tokenizer, words=LEVELS)  # a path: the tokenizer saved there
         check_string(text_key, "text_key", "a string", allow_empty=True)
         check_string(label_key, "label_key", "a string or None", allow_none=True, allow_empty=True)
         check_text_arguments(

@@ -213,8 +213,8 @@ class TextInspection:
         return lines
 
     def _plot_packed(self, batch: Any, path: str | os.PathLike[str], split: str) -> Any:
-        from datamodules.text.pack_picture import plot_packed_batch
         from datamodules.tokens.packing import packing_lines
+        from datamodules.tools.token_pictures import plot_token_batch
 
         if not (isinstance(batch, dict) and "document_ids" in batch):
             raise ValueError("plot_batch: with packing=True, pass one packed batch (a dict).")
@@ -222,6 +222,5 @@ class TextInspection:
         title = [
             f"{type(self).__name__}, {split} split: packed rows of {self.seq_length} tokens "
             f"(pack_mode={self.pack_mode!r})",
-            "colours: documents; grey: padding; notches: a piece continued across rows",
         ]
-        return plot_packed_batch(batch, path, title, [packing_lines(planner, split, 0)])
+        return plot_token_batch(batch, path, title, [packing_lines(planner, split, 0)])

@@ -22,11 +22,14 @@ from datamodules.tools.tuner import tune_datamodule
 __all__: list[str] = []
 
 
-def _plot_tensor_batch(batch: Any, path: Any) -> Any:
+def _plot_tensor_batch(batch: Any, path: Any, dm: Any = None) -> Any:
     # matplotlib is imported only when a picture is drawn.
     from datamodules.tools.pictures import plot_tensor_batch
 
-    return plot_tensor_batch(batch, path)
+    # The id of image positions, of DataModules of conversations about images (an
+    # AttributeError elsewhere, which getattr turns into None).
+    image_token_id = getattr(dm, "image_token_id", None)
+    return plot_tensor_batch(batch, path, image_token_id=image_token_id)
 
 
 register_tool("tune", tune_datamodule)

@@ -7,8 +7,9 @@ on an Agg canvas; pyplot's global state is never touched). Without it, drawing r
 install it. Image grids are :func:`torchvision.utils.make_grid` of the batch, placed pixel for
 pixel in the picture.
 
-* :func:`plot_tensor_batch`: the default of :meth:`BaseDataModule.plot_batch`: an image grid
-  for ``(N, C, H, W)`` images, else a heat map of the samples' values (z-scored per column
+* :func:`plot_tensor_batch`: the default of :meth:`BaseDataModule.plot_batch`: token batches
+  row by row (:mod:`datamodules.tools.token_pictures`), an image grid for ``(N, C, H, W)``
+  images, else a heat map of the samples' values (z-scored per column
   within the batch) with a label strip and the batch's label counts.
 * :func:`plot_image_grid`: a grid of images with their class names.
 * :func:`plot_lengths`: a histogram of sequence lengths with the padding efficiency.
@@ -328,20 +329,32 @@ def _split_batch(
 ) -> tuple[list[tuple[str, torch.Tensor]], tuple[str, torch.Tensor] | None]:
     """(feature tensors, label tensor) of a batch.
 
-    The labels are the last 1-D integer tensor named like labels (``y``, ``label(s)``,
-    ``target(s)``), else the batch's last 1-D integer tensor.
+    The labels are the last 1-D integer tensor with one value per sample (per row of the first
+    tensor) named like labels (``y``, ``label(s)``, ``target(s)``), else the batch's last such
+    tensor.
     """
     tensors = [(n, v) for n, v in _flatten(batch) if isinstance(v, torch.Tensor) and v.dim() >= 1]
-    candidates = [(n, v) for n, v in tensors if len(tensors) > 1 and is_class_labels(v)]
+    rows = len(tensors[0][1]) if tensors else 0
+    candidates = [
+        (n, v) for n, v in tensors if len(tensors) > 1 and len(v) == rows and is_class_labels(v)
+    ]
     named = [(n, v) for n, v in candidates if n.rsplit(".", 1)[-1] in LABEL_NAMES]
     label = (named or candidates or [None])[-1]
     features = [(n, v) for n, v in tensors if label is None or n != label[0]]
     return features, label
 
 
-def plot_tensor_batch(batch: Any, path: str | os.PathLike[str], title: str | None = None) -> Path:
+def plot_tensor_batch(
+    batch: Any,
+    path: str | os.PathLike[str],
+    title: str | None = None,
+    *,
+    image_token_id: int | None = None,
+) -> Path:
     """Draws one batch of tensors (the default of :meth:`BaseDataModule.plot_batch`).
 
+    A dict with 2-D ``input_ids`` (token batches, padded or packed, with or without images)
+    is drawn row by row by :func:`~datamodules.tools.token_pictures.plot_token_batch`.
     ``(N, C, H, W)`` images with C of 1 or 3 become an image grid. Otherwise the first
     feature tensor, flattened to ``(N, features)``, becomes a heat map: one row per sample
     (sorted by label), one column per feature, coloured by the value's z-score within the
@@ -352,7 +365,12 @@ def plot_tensor_batch(batch: Any, path: str | os.PathLike[str], title: str | Non
         batch: A tensor, or a tuple / dict of tensors.
         path: Where to write the PNG.
         title: A line above the picture.
+        image_token_id: In a token batch, the id of image positions (drawn as ticks).
     """
+    from datamodules.tools.token_pictures import is_token_batch, plot_token_batch
+
+    if is_token_batch(batch):
+        return plot_token_batch(batch, path, title, image_token_id=image_token_id)
     features, label = _split_batch(batch)
     if not features:
         raise ValueError(f"plot_tensor_batch found no tensor to draw in a {type(batch).__name__}.")

@@ -17,7 +17,6 @@ DataModule (``function(**ddp_kwargs) -> (datamodule, batch_ids)``).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import BaseDataModule
+from tests import subprocesses
 from tests.recording import RecordingModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def run_ddp(
         str(devices),
         *extra,
     ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    result = subprocesses.run(command, cwd=ROOT, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 

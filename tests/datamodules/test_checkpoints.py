@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from datamodules import (
     TensorDataModule,
     TextDataModule,
 )
+from tests import subprocesses
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
 from tests.datamodules.text.test_packing import token_ids
 
@@ -73,11 +73,9 @@ print(json.dumps(parts))
 
 
 def read_without_the_library(path: Path, qualname: str) -> dict[str, Any]:
-    result = subprocess.run(
+    result = subprocesses.run(
         [sys.executable, "-c", READER, str(path), qualname],
-        capture_output=True,
         text=True,
-        timeout=120,
         cwd=path.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -449,6 +447,26 @@ def image_text_conversations_case(tmp_path: Path) -> RichCase:
     )
 
 
+def time_series_case(tmp_path: Path) -> RichCase:
+    """Windows drawn per epoch over a long frame split in time; the frame given again."""
+    from tests.datamodules.time_series.series_data import frame_datamodule, long_frame, window_keys
+
+    frame = long_frame()
+    return RichCase(
+        make=lambda: frame_datamodule(
+            frame,
+            store=tmp_path / "store",
+            windows_per_series=3,
+            val_split=0.2,
+            test_split=np.int64(2),
+            batch_size=4,
+        ),
+        batch_ids=lambda batch: [1000 * s + f for s, f in window_keys(batch, 6)],
+        unsaved={"data"},
+        again=lambda: {"data": frame},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -462,6 +480,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "chat-packed": chat_case,
     "image-text-conversations": image_text_conversations_case,
     "preference-packed": preference_case,
+    "time-series": time_series_case,
 }
 
 

@@ -85,16 +85,24 @@ def preference(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     return dm, {"tokenizer_file": file, "n": 20, "batch_size": 4}
 
 
+def sine_waves(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
+    kwargs = {"series": 4, "context_length": 48, "prediction_length": 12, "num_workers": 0}
+    return runner("sine-waves")()["SineDataModule"](**kwargs), kwargs
+
+
 CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "tensor-docs-wine": wine,
     "image-folder-docs-csv-images": csv_images,
     "text": text,
     "streaming": stream,
     "preference-docs-subclass": preference,
+    "time-series-docs-sine-waves": sine_waves,
 }
 
 
 def first_ids(batch: Any) -> list[int]:
+    if isinstance(batch, dict) and "series_index" in batch:  # a window: its series and start
+        return (1000 * batch["series_index"] + batch["window_start"]).tolist()
     if isinstance(batch, dict):
         key = "id" if "id" in batch else "input_ids"
         return batch[key].flatten().tolist()

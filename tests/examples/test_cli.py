@@ -6,7 +6,6 @@ Also the example models whose sizes come from the DataModule (examples/models.py
 from __future__ import annotations
 
 import csv
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from PIL import Image
 from datamodules import BaseDataModule, DataWaitMonitor, ImageFolderDataModule, TextDataModule
 from examples.cli import main
 from examples.models import ImageClassifier, TextClassifier
+from tests import subprocesses
 from tests.datamodules.contract import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_fit_runs_from_the_command_line(tmp_path: Path) -> None:
         "--trainer.log_every_n_steps",
         "2",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocesses.run(command, cwd=tmp_path, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     run = tmp_path / "lightning_logs" / "tensor" / "version_0"
     with open(run / "metrics.csv", newline="") as handle:

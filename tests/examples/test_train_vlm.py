@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import torch
 
 from examples.train_vlm import TinyVLM, answer_matches, conversations, split_scans
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_a_short_run_answers_held_out_questions_well_above_chance(tmp_path: Path
     # As a user runs it: a fresh interpreter, from the repository's root.
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     command = [sys.executable, "examples/train_vlm.py", "--fast", "--cache", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    done = subprocesses.run(command, cwd=ROOT, text=True, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
     assert "ImageTextDataModule" in out and "max_images" in out  # its summary

@@ -170,6 +170,29 @@ class TestPaddedBatches:
         assert batch["input_ids"][1, :n].tolist() == prompt + completion + [eos]
         assert batch["labels"][1, :n].tolist() == [-100] * len(prompt) + completion + [eos]
 
+    def test_strings_with_a_tokenizers_tokenizer_end_with_the_eos_token_given(self) -> None:
+        plain = [{"prompt": "What is 1 plus 1? ", "completion": "2."}]
+        options = {"chat_template": CHATML, "val_split": 0, "num_workers": 0}
+        options["tokenize_workers"] = 0
+        with pytest.raises(ValueError, match=r"tokenizer has no eos_token: give eos_token="):
+            ChatDataModule(plain, tokenizer=raw_tokenizer(), **options).setup()
+        dm = ChatDataModule(plain, tokenizer=raw_tokenizer(), eos_token="<|im_end|>", **options)
+        batch = next(iter(dm.train_dataloader()))
+        raw = raw_tokenizer()
+        prompt = raw.encode("What is 1 plus 1? ", add_special_tokens=False).ids
+        completion = raw.encode("2.", add_special_tokens=False).ids
+        eos = raw.token_to_id("<|im_end|>")
+        assert batch["input_ids"][0].tolist() == prompt + completion + [eos]
+        assert batch["labels"][0].tolist() == [-100] * len(prompt) + completion + [eos]
+        assert dm.hparams["eos_token"] == "<|im_end|>"
+        with pytest.raises(ValueError, match=r"eos_token='<nope>' is not accepted: use a token"):
+            ChatDataModule(plain, tokenizer=raw_tokenizer(), eos_token="<nope>", **options)
+
+    def test_stratify_is_refused_naming_why(self) -> None:
+        with pytest.raises(ValueError, match=r"stratify=True does not apply to ChatDataModule: "
+                           r"conversations carry no class labels"):  # fmt: skip
+            ChatDataModule(numbered(6), tokenizer=chat_tokenizer(), stratify=True)
+
     def test_a_tokenizers_tokenizer_with_chat_template(self) -> None:
         dm = ChatDataModule(
             numbered(6), tokenizer=raw_tokenizer(), chat_template=CHATML, val_split=0,

@@ -4,7 +4,6 @@ datasets.Dataset, and plain-data checkpoints without the tokenizer."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import ChatDataModule
+from tests import subprocesses
 from tests.datamodules.chat.chat_data import chat_tokenizer
 from tests.datamodules.chat.test_datamodule import batch_ids, numbered
 from tests.datamodules.contract import quiet_trainer
@@ -140,9 +140,9 @@ def test_the_checkpoint_is_plain_data_without_the_tokenizer(tmp_path: Path) -> N
     saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
     trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, callbacks=[saver])
     trainer.fit(RecordingModel(lambda b: b["document_ids"].flatten().tolist()), datamodule=dm)
-    out = subprocess.run(
+    out = subprocesses.run(
         [sys.executable, "-c", CHECK, str(tmp_path / "epoch=0-step=2.ckpt")],
-        capture_output=True, text=True, check=True,
+        text=True, check=True,
     )  # fmt: skip
     loaded = json.loads(out.stdout)
     hparams = loaded["hparams"]

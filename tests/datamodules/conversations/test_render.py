@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from datamodules.conversations import ChatRenderer, ConversationError
+from tests import subprocesses
 from tests.datamodules.conversations.chat_tokenizers import (
     CHATML,
     TALK,
@@ -249,7 +249,5 @@ def test_fingerprint_is_the_same_in_a_fresh_process(tok) -> None:
         "print(ChatRenderer(chat_tokenizer(CHATML)).fingerprint())\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "123", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = subprocesses.run([sys.executable, "-c", code], env=env, cwd=ROOT, text=True, check=True)
     assert out.stdout.strip() == ChatRenderer(tok).fingerprint()

@@ -4,7 +4,6 @@ every message names the argument, the value and what is accepted."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from datamodules.core.checks import (
     int_mistake,
     rejected,
 )
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -186,8 +186,7 @@ def test_the_checks_import_neither_torch_nor_lightning() -> None:
         "heavy = sorted(m for m in ('torch', 'lightning') if m in sys.modules)\n"
         "assert not heavy, heavy"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    result = subprocesses.run([sys.executable, "-c", code], cwd=ROOT, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
 
 

@@ -11,6 +11,7 @@ import textwrap
 import torch
 
 from datamodules import TensorDataModule
+from tests import subprocesses
 
 SUMMARY_MARK = "TensorDataModule\n  splits:"
 
@@ -28,9 +29,7 @@ def run(setup: str) -> subprocess.CompletedProcess[str]:
         print("STATE", logging.getLevelName(log.level), log.propagate, len(log.handlers))
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    result = subprocesses.run([sys.executable, "-c", code], text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     return result
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +196,17 @@ def test_records_over_a_budget_are_dropped_and_counted_or_named_or_cut(
 ) -> None:
     # Records with 3 images go over max_images=2.
     dm = make(shards, tok, packing=True, seq_length=200, max_images=2, batch_size=2)
-    dm.setup()
+    said = f"{RECORDS // 3} records over seq_length=200 or max_images=2 dropped (overlong='drop')"
+    with pytest.warns(UserWarning) as caught:
+        dm.setup()
+    assert [str(w.message) for w in caught] == [f"ImageTextDataModule: {said}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dm.setup()  # said once
     seen = sorted(i for b in dm.train_dataloader() for i in record_ids(b))
     assert seen == [i for i in range(RECORDS) if images_of(i) <= 2]
-    assert f"{RECORDS // 3} records over seq_length=200 or max_images=2 dropped" in dm.summary()
+    assert f"  train overlong: {said}" in dm.summary().splitlines()
+    assert "over a budget" not in dm.summary()  # one count, not a second one of 0
     with pytest.raises(ValueError, match=r"train-00000\d\.tar, record \d+: the record has .* "
                        r"3 image\(s\), over .*max_images=2, and overlong='error'"):  # fmt: skip
         make(shards, tok, packing=True, seq_length=200, max_images=2, overlong="error").setup()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 from PIL import Image, ImageOps
 
 from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
+from tests import subprocesses
 
 # Any warning raised in these tests (DeprecationWarning included) is an error.
 pytestmark = pytest.mark.filterwarnings("error")
@@ -337,10 +337,8 @@ def test_no_deprecation_warning_in_a_fresh_interpreter(tmp_path):
         "for p in sys.argv[2:]: assert module.decode_image(p).shape == (3, 12, 20)\n"
     )
     paths = [str(module_file), str(jpg), str(png), str(bmp)]
-    result = subprocess.run(
+    result = subprocesses.run(
         [sys.executable, "-W", "error::DeprecationWarning", "-c", code, *paths],
-        capture_output=True,
         text=True,
-        timeout=120,
     )
     assert result.returncode == 0, result.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
 import sys
 import threading
 from functools import partial
@@ -24,6 +23,7 @@ from datamodules.shards.index import index_shard
 from datamodules.shards.records import read_blocks, read_records
 from datamodules.text.readers import read_text_files
 from datamodules.tokens.inputs import find_files
+from tests import subprocesses
 
 N = 5000  # rows: HF writes batches of 1000, so ranges cross batches
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,10 +120,9 @@ def test_a_saved_dataset_dict_asks_for_one_split(tmp_path: Path) -> None:
 def test_the_dataset_index_counts_arrow_shards(saved: Path, tmp_path: Path) -> None:
     out = tmp_path / "saved.index.json"
     files = data_files(saved)
-    done = subprocess.run(
+    done = subprocesses.run(
         [sys.executable, "-m", "datamodules", "index", *files, "-o", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        text=True, cwd=ROOT, )  # fmt: skip
     assert done.returncode == 0, done.stderr
     listed = json.loads(out.read_text())
     assert sum(entry["nsamples"] for entry in listed["shardlist"]) == N

@@ -3,9 +3,10 @@ and answers without importing torch or Lightning (the package root loads its nam
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,9 +23,7 @@ print("HEAVY", heavy)
 
 
 def test_shards_help_imports_no_torch_or_lightning() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = subprocesses.run([sys.executable, "-c", PROBE], cwd=ROOT, text=True)
     assert result.returncode == 0, result.stderr
     assert "usage: python -m datamodules shards" in result.stdout
     assert "HEAVY []" in result.stdout
@@ -37,8 +36,6 @@ def test_the_package_root_loads_its_names_on_first_use() -> None:
         "import datamodules.text.datamodule as home; assert TextDataModule is home.TextDataModule; "
         "print(sorted(set(datamodules.__all__) <= set(dir(datamodules)) for _ in [0]))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = subprocesses.run([sys.executable, "-c", probe], cwd=ROOT, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[True]"

@@ -25,6 +25,7 @@ from datamodules.shards.index import index_shard
 from datamodules.shards.index_cli import index_main
 from datamodules.shards.shard_index import ShardIndex
 from datamodules.streaming import write_shards
+from tests import subprocesses
 
 wids = pytest.importorskip("wids")
 
@@ -279,7 +280,6 @@ def test_index_command_is_resumable(tmp_path: Path, monkeypatch, capsys) -> None
 
 
 def test_index_help_imports_neither_torch_nor_lightning() -> None:
-    import subprocess
     import sys
 
     code = (
@@ -288,8 +288,8 @@ def test_index_help_imports_neither_torch_nor_lightning() -> None:
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parents[3]
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=root, timeout=60)  # fmt: skip
+    result = subprocesses.run([sys.executable, "-c", code], text=True,
+                            cwd=root)  # fmt: skip
     assert result.stdout.strip().endswith("[]"), result.stdout + result.stderr
     assert "--output" in result.stdout
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from datamodules.__main__ import main
 from datamodules.imaging.decoding import decode_image_bytes
 from datamodules.shards import folder_shards
 from datamodules.shards.records import read_records
+from tests import subprocesses
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 ROOT = Path(__file__).resolve().parents[3]
@@ -197,12 +197,10 @@ def test_the_command_line_names_bad_arguments(src: Path, tmp_path: Path, capsys)
     with pytest.raises(SystemExit):
         run(src, tmp_path / "out", "--max-bytes", "lots")
     assert "--max-bytes='lots' is not accepted" in capsys.readouterr().err
-    result = subprocess.run(
+    result = subprocesses.run(
         [sys.executable, "-m", "datamodules", "shards", "--help"],
         cwd=ROOT,
-        capture_output=True,
         text=True,
-        timeout=120,
     )
     assert result.returncode == 0 and "--resize" in result.stdout and "--workers" in result.stdout
     # Plain text, not reStructuredText, and every option's default said.

@@ -7,7 +7,6 @@ epoch is exactly a fresh run's on the new layout."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from datamodules import StreamingDataModule
+from tests import subprocesses
 from tests.datamodules.streaming.ddp_resume_runner import batch_ids, fit
 from tests.datamodules.streaming.test_datamodule import VAL, VAL_SIZES, write_jsonl
 
@@ -34,7 +34,7 @@ def run(kwargs: dict[str, Any], out: Path, devices: int, **options: Any) -> list
     command += ["--devices", str(devices)]
     for key, value in options.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    result = subprocesses.run(command, cwd=ROOT, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 

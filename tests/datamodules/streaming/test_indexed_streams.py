@@ -4,7 +4,6 @@ and even for train and val, and a mid-epoch checkpoint that resumes exactly (wit
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from datamodules import StreamingDataModule
 from datamodules.streaming import write_shards
+from tests import subprocesses
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,7 +63,7 @@ def test_ddp_over_an_index_is_disjoint_complete_and_even(data: Path, tmp_path: P
         "--factory", f"{__name__}:ddp_factory", "--kwargs", json.dumps({"root": str(data)}),
         "--out", str(tmp_path), "--epochs", "1", "--devices", "2",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    result = subprocesses.run(command, cwd=ROOT, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     train = [[i for b in r["train"][0] for i in b] for r in ranks]
