@@ -35,7 +35,14 @@ from datamodules.conversations.messages import Conversation, ConversationError, 
 from datamodules.core.checks import check_choice, check_string, rejected
 from datamodules.tokenizing.fingerprint import tokenizer_fingerprint
 
-__all__ = ["RULES_VERSION", "TRAIN_ON", "ChatRenderer", "as_chat_tokenizer", "encode_text"]
+__all__ = [
+    "RULES_VERSION",
+    "TRAIN_ON",
+    "ChatRenderer",
+    "as_chat_tokenizer",
+    "encode_text",
+    "token_id",
+]
 
 #: The version of the rendering and masking rules, part of :meth:`ChatRenderer.fingerprint`.
 RULES_VERSION = 1
@@ -117,6 +124,20 @@ def encode_text(
     n = len(ids)
     flat = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * n)
     return np.asarray(ids, dtype=np.int32), flat[0::2], flat[1::2]
+
+
+def token_id(tokenizer: Any, token: str, name: str = "eos_token") -> int:
+    """The id of ``token`` in a transformers tokenizer's vocabulary; refused (naming ``name``)
+    when it has none."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(found, int) or (
+        found == tokenizer.unk_token_id and token != tokenizer.unk_token
+    ):
+        raise rejected(
+            name, token, "a token of the tokenizer's vocabulary (one id, e.g. a special "
+            "token such as '<|im_end|>' or '<|endoftext|>')",
+        )  # fmt: skip
+    return found
 
 
 class _Brief:
@@ -209,7 +230,9 @@ class ChatRenderer:
         self.marks_generation = bool(_GENERATION.search(template))
         self.eos_token = eos_token
         self.eos_id = (
-            self.tokenizer.eos_token_id if eos_token is None else self._token_id(eos_token)
+            self.tokenizer.eos_token_id
+            if eos_token is None
+            else token_id(self.tokenizer, eos_token)
         )
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_id if self.eos_id is not None else 0)
@@ -220,19 +243,6 @@ class ChatRenderer:
             specials["eos_token"] = eos_token
         private = _renderer()
         self._template_kwargs = specials if private is None else private["plain"](specials)
-
-    def _token_id(self, token: str) -> int:
-        """The id of ``eos_token`` in the vocabulary; refused when it has none."""
-        found = self.tokenizer.convert_tokens_to_ids(token)
-        unknown = self.tokenizer.unk_token_id
-        if not isinstance(found, int) or (found == unknown and token != self.tokenizer.unk_token):
-            raise rejected(
-                "eos_token",
-                token,
-                "a token of the tokenizer's vocabulary (one id, e.g. a special "
-                "token such as '<|im_end|>' or '<|endoftext|>')",
-            )
-        return found
 
     # -- identity ------------------------------------------------------------------------------
 

@@ -100,6 +100,8 @@ class PreferenceDataModule(BaseDataModule):
             checkpoints: give it again to ``load_from_checkpoint``.
         chat_template: A Jinja chat template replacing the tokenizer's (needed for message
             lists when the tokenizer has none).
+        eos_token: The token that ends a string completion, for a tokenizer that declares no
+            ``eos_token`` (a ``tokenizers.Tokenizer`` never does); None: the tokenizer's own.
         packing: Pack the sequences into rows of ``seq_length`` tokens, each whole, a pair's
             two in one row.
         seq_length: Tokens per packed row (with ``packing=True``).
@@ -133,6 +135,7 @@ class PreferenceDataModule(BaseDataModule):
         test_file: Files = None,
         tokenizer: Any = None,
         chat_template: str | None = None,
+        eos_token: str | None = None,
         packing: bool = False,
         seq_length: int | None = None,
         max_length: int | None = None,
@@ -197,7 +200,7 @@ class PreferenceDataModule(BaseDataModule):
             )
         self.renderer = PreferenceRenderer(
             tokenizer, chat_template, None if packing else max_length,
-            seq_length if packing else None, overlong,
+            seq_length if packing else None, overlong, eos_token,
         )  # fmt: skip
         self.tokenizer = tokenizer
         self.packing, self.seq_length, self.max_length = packing, seq_length, max_length

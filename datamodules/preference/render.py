@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from datamodules.conversations import ChatRenderer, ConversationError
-from datamodules.conversations.render import as_chat_tokenizer, encode_text
+from datamodules.conversations.render import as_chat_tokenizer, encode_text, token_id
+from datamodules.core.checks import check_string
 from datamodules.preference.records import PreferenceRecord, parse_preference
 from datamodules.tokenizing.fingerprint import tokenizer_fingerprint
 
@@ -86,6 +87,8 @@ class PreferenceRenderer:
         pair_length: The most tokens of a pair's two sequences together (packing's
             ``seq_length``), and of an unpaired sequence; None: no limit.
         overlong: ``"drop"``, ``"truncate"`` or ``"error"``.
+        eos_token: The token that ends string completions, for a tokenizer that declares none
+            (None: the tokenizer's ``eos_token``).
     """
 
     def __init__(
@@ -95,18 +98,25 @@ class PreferenceRenderer:
         max_length: int | None = None,
         pair_length: int | None = None,
         overlong: str = "drop",
+        eos_token: str | None = None,
     ) -> None:
         self.tokenizer = as_chat_tokenizer(tokenizer)
+        check_string(eos_token, "eos_token", "a token of the tokenizer's vocabulary or None",
+                     allow_none=True)  # fmt: skip
         self.max_length, self.pair_length, self.overlong = max_length, pair_length, overlong
         try:
             self.chat: ChatRenderer | None = ChatRenderer(
-                self.tokenizer, chat_template=chat_template
+                self.tokenizer, chat_template=chat_template, eos_token=eos_token
             )
             self.chat_template: str | None = self.chat.chat_template
         except ValueError:  # no template: strings only
             self.chat, self.chat_template = None, None
-        self.eos_id = self.tokenizer.eos_token_id
-        self.eos_token = self.tokenizer.eos_token
+        self.eos_token = self.tokenizer.eos_token if eos_token is None else eos_token
+        self.eos_id = (
+            self.tokenizer.eos_token_id
+            if eos_token is None
+            else token_id(self.tokenizer, eos_token)
+        )
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_id if self.eos_id is not None else 0)
         self.vocab_size = len(self.tokenizer)
@@ -121,6 +131,8 @@ class PreferenceRenderer:
             "limits": [self.max_length, self.pair_length, self.overlong],
             "rules": RULES_VERSION,
         }
+        if self.eos_token != self.tokenizer.eos_token:  # given: stores without it keep their keys
+            parts["eos_token"] = self.eos_token
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
     # -- tokenizing as TRL does ------------------------------------------------------------
@@ -138,7 +150,9 @@ class PreferenceRenderer:
     def _with_eos(self, text: Any) -> Any:
         if self.eos_token is None:
             raise ConversationError(
-                "string completions end with EOS, but the tokenizer has no eos_token"
+                "string completions end with EOS, but the tokenizer has no eos_token: give "
+                "eos_token= (the token that ends a completion, e.g. eos_token='<|im_end|>' for "
+                "ChatML), or a tokenizer that declares one"
             )
         return text if text.endswith(self.eos_token) else text + self.eos_token
 

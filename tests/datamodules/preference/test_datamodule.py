@@ -145,6 +145,21 @@ def test_a_tokenizers_tokenizer_with_chat_template_equals_trls_with_that_templat
     assert torch.equal(batch["completion_mask"], expected["completion_mask"])
 
 
+def test_string_pairs_with_a_tokenizers_tokenizer_end_with_the_eos_token_given() -> None:
+    records = string_pairs(6, seed=9)
+    with pytest.raises(ValueError, match=r"tokenizer has no eos_token: give eos_token="):
+        ours(records, raw_tokenizer(), batch_size=6)
+    dm = ours(records, raw_tokenizer(), eos_token="<|im_end|>", batch_size=6)
+    expected = trl_batch(trl_rows(records, chat_tokenizer()), dm.pad_id)  # its EOS: <|im_end|>
+    batch = next(iter(dm.train_dataloader()))
+    real = expected["attention_mask"].bool()
+    assert torch.equal(batch["attention_mask"], expected["attention_mask"])
+    assert torch.equal(batch["input_ids"][real], expected["input_ids"][real])
+    assert torch.equal(batch["completion_mask"], expected["completion_mask"])
+    with pytest.raises(ValueError, match=r"eos_token='<nope>' is not accepted: use a token"):
+        PreferenceDataModule(records, tokenizer=raw_tokenizer(), eos_token="<nope>")
+
+
 def test_unpaired_feedback_batches() -> None:
     records = unpaired(10, seed=2)
     tokenizer = chat_tokenizer()
