@@ -99,9 +99,9 @@ class AudioDecoder:
 
         with soundfile.SoundFile(path) as file:
             rate = file.samplerate
-            start = round(offset * rate)
-            if start:
-                file.seek(min(start, file.frames))
+            # Always seek, as soundfile.read does: libsndfile's MP3 decoder gives (slightly)
+            # other samples after opening than after a seek to frame 0.
+            file.seek(min(round(offset * rate), file.frames))
             count = -1 if duration is None else round(duration * rate)
             return file.read(count, dtype="float32", always_2d=True), rate
 
