@@ -28,7 +28,7 @@ import numpy as np
 from datamodules.audio.decoding import AudioDecodeError, audio_info, resampled_length
 from datamodules.core.skipped import Skipped, where_in
 
-__all__ = ["ClipIndex", "ManifestError", "read_inputs", "scan_class_folders"]
+__all__ = ["MANIFEST_EXTENSIONS", "ClipIndex", "ManifestError", "read_inputs", "scan_class_folders"]
 
 MANIFEST_EXTENSIONS = (".json", ".jsonl")
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, read_inputs
+from datamodules.audio.clips import MANIFEST_EXTENSIONS, ClipIndex, read_inputs
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.core.base import BaseDataModule
@@ -390,7 +390,7 @@ def _first_record_has(spec: Any, key: str) -> bool:
     if isinstance(first, dict):
         return key in first
     path = os.fspath(first)
-    if os.path.isdir(path) or not os.path.isfile(path):
+    if not path.endswith(MANIFEST_EXTENSIONS) or not os.path.isfile(path):
         return False
     with open(path, encoding="utf-8") as lines:
         for line in lines:
