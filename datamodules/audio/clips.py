@@ -17,7 +17,6 @@ Inputs:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,9 @@ import numpy as np
 
 from datamodules.audio.decoding import AudioDecodeError, audio_info, resampled_length
 from datamodules.core.skipped import Skipped, where_in
+from datamodules.shards.formats import detect_format
+from datamodules.shards.jsonl import numbered_jsonl
+from datamodules.shards.lines import ShardLines
 
 __all__ = ["MANIFEST_EXTENSIONS", "ClipIndex", "ManifestError", "read_inputs", "scan_class_folders"]
 
@@ -146,6 +148,15 @@ def _seconds(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_manifest(path: str) -> bool:
+    """Whether ``path`` names a JSONL manifest (``.json`` / ``.jsonl``, optionally ``.gz`` /
+    ``.zst``)."""
+    name = path.lower()
+    for suffix in (".gz", ".zst"):
+        name = name.removesuffix(suffix)
+    return name.endswith(MANIFEST_EXTENSIONS)
+
+
 def read_manifest(
     path: str,
     *,
@@ -154,28 +165,25 @@ def read_manifest(
     on_error: str,
     skipped: Skipped,
 ) -> list[dict[str, Any]]:
-    """The usable records of one NeMo manifest (see :func:`parse_record`, plus ``"where"``);
-    a bad line raises (or is counted in ``skipped``), naming file and line."""
+    """The usable records of one NeMo manifest (see :func:`parse_record`, plus ``"where"``),
+    read by the shard layer; a bad line raises (or is counted in ``skipped``), naming file and
+    line."""
     base = os.path.dirname(os.path.abspath(path))
     records = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    try:
+        for number, record in numbered_jsonl(lines, on_error, skipped):
             where = where_in(path, number)
 
             def bad(why: str, number: int = number, where: str = where) -> None:
                 _fail(where, why, on_error, skipped, path, number)
 
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                bad(f"not a JSON record ({error.msg})")
-                continue
             out = parse_record(record, base, bad, text_key, label_key)
             if out is not None:
                 out["where"] = where
                 records.append(out)
+    finally:
+        lines.close()
     return records
 
 
@@ -248,7 +256,7 @@ def _records_of(spec: Any, *, audio_key: Sequence[str], text_key, label_key, on_
         path = os.fspath(item)
         if os.path.isdir(path):
             records += scan_class_folders(path, audio_key, skipped, on_error)
-        elif path.endswith(MANIFEST_EXTENSIONS):
+        elif is_manifest(path):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"manifest {path!r} does not exist.")
             records += read_manifest(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import MANIFEST_EXTENSIONS, ClipIndex, read_inputs
+from datamodules.audio.clips import ClipIndex, is_manifest, read_inputs
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.core.base import BaseDataModule
@@ -40,6 +40,9 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
+from datamodules.shards.formats import detect_format
+from datamodules.shards.jsonl import numbered_jsonl
+from datamodules.shards.lines import ShardLines
 from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["AudioDataModule"]
@@ -381,8 +384,6 @@ class AudioDataModule(BaseDataModule):
 
 def _first_record_has(spec: Any, key: str) -> bool:
     """Whether the first record of a manifest (or of records in memory) holds ``key``."""
-    import json
-
     items = spec if isinstance(spec, (list, tuple)) else [spec]
     if not items:
         return False
@@ -390,14 +391,12 @@ def _first_record_has(spec: Any, key: str) -> bool:
     if isinstance(first, dict):
         return key in first
     path = os.fspath(first)
-    if not path.endswith(MANIFEST_EXTENSIONS) or not os.path.isfile(path):
+    if not is_manifest(path) or not os.path.isfile(path):
         return False
-    with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    return False
-                return isinstance(record, dict) and key in record
+    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    try:
+        for _, record in numbered_jsonl(lines, "skip", Skipped()):
+            return isinstance(record, dict) and key in record
+    finally:
+        lines.close()
     return False
