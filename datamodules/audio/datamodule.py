@@ -13,6 +13,7 @@ DDP-even and elastically resumable) and the feature extractor
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -333,6 +334,27 @@ class AudioDataModule(BaseDataModule):
             num_replicas=world,
             rank=rank,
         )
+
+    def make_loader(self, split: str) -> Any:
+        loader = super().make_loader(split)
+        if self.skip_channel is not None:
+            loader.on_epoch_end = self.report_skipped
+        return loader
+
+    def report_skipped(self) -> None:
+        """Warns about the clips the workers left out since the last report (each epoch's end)."""
+        if self.skip_channel is None:
+            return
+        new = self.skip_channel.receive(self._skipped)
+        if new:
+            shown = "; ".join(f"{where} ({why})" for where, why in new[:5])
+            more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+            warnings.warn(
+                f"{type(self).__name__} left out {len(new)} undecodable clip(s) this epoch "
+                f"(on_error='skip'): {shown}{more}. All of them: dm.skipped.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Computes ``input_features`` on the batch's device (``features`` other than

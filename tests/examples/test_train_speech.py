@@ -34,4 +34,4 @@ def test_a_fast_run_recognises_digits_in_unheard_voices(tmp_path: Path) -> None:
     line = re.search(r"held-out voices: accuracy (\d\.\d+) on (\d+) clips", out)
     assert line, out[-3000:]
     assert int(line.group(2)) == 280
-    assert float(line.group(1)) >= 0.5, line.group(0)
+    assert float(line.group(1)) >= 0.8, line.group(0)  # 0.964 here; chance 0.1
