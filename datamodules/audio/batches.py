@@ -42,6 +42,12 @@ def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 def pad_waveforms(waves: list[np.ndarray]) -> dict[str, torch.Tensor]:
     """``input_values`` (zero-padded), ``attention_mask`` and ``lengths`` of clips ``(T,)`` or
     ``(C, T)``."""
+    channels = {w.shape[:-1] for w in waves}
+    if len(channels) > 1:
+        raise ValueError(
+            f"clips of one batch have different channel counts {sorted(c[0] for c in channels)} "
+            "(mono=False keeps each file's channels): use mono=True, or files of one layout."
+        )
     lengths = torch.tensor([w.shape[-1] for w in waves], dtype=torch.int64)
     longest = int(lengths.max()) if len(waves) else 0
     shape = (len(waves), *waves[0].shape[:-1], longest) if waves else (0, 0)

@@ -230,3 +230,17 @@ def test_log_mel_features_come_after_the_transfer(numbered: Path) -> None:
     assert "input_values" in batch  # the loader sends waveforms
     out = dm.on_after_batch_transfer(batch, 0)
     assert out["input_features"].shape == (12, 32, int(out["feature_lengths"].max()))
+
+
+def test_mono_false_keeps_channels_and_refuses_mixed_layouts(tmp_path: Path) -> None:
+    for i, channels in enumerate((2, 2, 1)):
+        soundfile.write(tmp_path / f"{i}.wav", tone(800 + i, 300, RATE, channels), RATE)
+    lines = [json.dumps({"audio_filepath": f"{i}.wav"}) + "\n" for i in range(3)]
+    (tmp_path / "two.jsonl").write_text("".join(lines[:2]))
+    (tmp_path / "all.jsonl").write_text("".join(lines))
+    two = AudioDataModule(tmp_path / "two.jsonl", val_split=0, mono=False, batch_size=2)
+    (batch,) = all_batches(two)
+    assert batch["input_values"].shape == (2, 2, 801)
+    mixed = AudioDataModule(tmp_path / "all.jsonl", val_split=0, mono=False, batch_size=3)
+    with pytest.raises(ValueError, match=r"different channel counts \[1, 2\]"):
+        all_batches(mixed)
