@@ -109,7 +109,9 @@ class AudioBatchView(SplitView):
         index = self.index
         offset, duration = self.segment(row)
         try:
-            wave = self.decoder.read(index.paths[row], offset, duration, where=index.where[row])
+            blob = None if index.blobs is None else index.blobs[row]
+            source = index.paths[row] if blob is None else blob
+            wave = self.decoder.read(source, offset, duration, where=index.where[row])
         except AudioDecodeError as error:
             if self.on_error == "raise":
                 raise

@@ -17,6 +17,7 @@ Inputs:
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
+from datamodules.shards.records import read_records
 
 __all__ = ["MANIFEST_EXTENSIONS", "ClipIndex", "ManifestError", "read_inputs", "scan_class_folders"]
 
@@ -52,6 +54,7 @@ class ClipIndex:
         labels: Class labels (int64), or None.
         classes: Class names in label order, or None (labels given as ints).
         sample_rate: The target rate of :attr:`lengths`.
+        blobs: The encoded audio of clips stored in a table (Parquet, Arrow), else None.
     """
 
     paths: list[str]
@@ -62,6 +65,7 @@ class ClipIndex:
     labels: np.ndarray | None = None
     classes: list[str] | None = None
     sample_rate: int = 16000
+    blobs: list[bytes | None] | None = None
     lengths: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +86,7 @@ class ClipIndex:
             None if self.labels is None else self.labels[keep],
             self.classes,
             self.sample_rate,
+            None if self.blobs is None else [self.blobs[i] for i in rows],
         )
         out.lengths = self.lengths[keep]
         return out
@@ -187,6 +192,61 @@ def read_manifest(
     return records
 
 
+def is_table(path: str) -> bool:
+    """Whether ``path`` names a Parquet or Arrow file."""
+    return path.lower().endswith((".parquet", ".pq", ".arrow"))
+
+
+def read_table(
+    path: str,
+    *,
+    audio_column: str,
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
+) -> list[dict[str, Any]]:
+    """The clips of a Hugging Face audio table (Parquet or Arrow, read by the shard layer):
+    ``audio_column`` holds ``{"bytes", "path"}`` (the ``Audio`` feature's storage); durations
+    come from the encoded audio's header. Rows are named ``"file: row N"`` (from 1)."""
+    columns = [c for c in (audio_column, text_key, label_key) if c]
+    records = []
+    for number, row in enumerate(read_records(path, columns=columns), 1):
+        where = f"{path}: row {number}"
+
+        def bad(why: str, number: int = number, where: str = where) -> None:
+            _fail(where, why, on_error, skipped, path, f"row {number}")
+
+        audio = row.get(audio_column)
+        blob = audio.get("bytes") if isinstance(audio, dict) else None
+        if not isinstance(blob, bytes) or not blob:
+            bad(f"no encoded audio in column {audio_column!r} (a struct of bytes and path)")
+            continue
+        try:
+            info = audio_info(io.BytesIO(blob))
+        except AudioDecodeError as error:
+            bad(f"cannot read the audio header: {error.reason}")
+            continue
+        if not info.frames:
+            bad("an empty clip (0 frames)")
+            continue
+        out: dict[str, Any] = {"path": audio.get("path") or where, "blob": blob, "offset": 0.0}
+        out.update(duration=info.duration, frames=info.frames, rate=info.sample_rate)
+        out["where"] = where
+        for key, name in ((text_key, "text"), (label_key, "label")):
+            if key is None:
+                continue
+            value = row.get(key)
+            valid = isinstance(value, str) or (name == "label" and isinstance(value, int))
+            if not valid or isinstance(value, bool):
+                bad(f"no {key!r} ({'a string' if name == 'text' else 'a class'}) in the row")
+                break
+            out[name] = value
+        else:
+            records.append(out)
+    return records
+
+
 def records_in_memory(
     records: Sequence[Any], *, text_key, label_key, on_error: str, skipped: Skipped
 ) -> list[dict[str, Any]]:
@@ -245,7 +305,16 @@ def scan_class_folders(root: str, extensions: Sequence[str], skipped: Skipped, o
     return records
 
 
-def _records_of(spec: Any, *, audio_key: Sequence[str], text_key, label_key, on_error, skipped):
+def _records_of(
+    spec: Any,
+    *,
+    audio_key: Sequence[str],
+    audio_column: str,
+    text_key,
+    label_key,
+    on_error,
+    skipped,
+):
     specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     if specs and all(isinstance(item, dict) for item in specs):
         return records_in_memory(
@@ -256,6 +325,11 @@ def _records_of(spec: Any, *, audio_key: Sequence[str], text_key, label_key, on_
         path = os.fspath(item)
         if os.path.isdir(path):
             records += scan_class_folders(path, audio_key, skipped, on_error)
+        elif is_table(path):
+            records += read_table(
+                path, audio_column=audio_column, text_key=text_key, label_key=label_key,
+                on_error=on_error, skipped=skipped,
+            )  # fmt: skip
         elif is_manifest(path):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"manifest {path!r} does not exist.")
@@ -264,8 +338,8 @@ def _records_of(spec: Any, *, audio_key: Sequence[str], text_key, label_key, on_
             )
         else:
             raise ValueError(
-                f"{path!r} is neither a JSONL manifest (.json / .jsonl) nor a folder of class "
-                "sub-folders."
+                f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
+                "table of audio, nor a folder of class sub-folders."
             )
     return records
 
@@ -275,6 +349,7 @@ def read_inputs(
     *,
     sample_rate: int,
     audio_key: Sequence[str],
+    audio_column: str = "audio",
     text_key: str | None,
     label_key: str | None,
     on_error: str,
@@ -288,6 +363,7 @@ def read_inputs(
             (dicts with NeMo's keys).
         sample_rate: The target rate (for the lengths in samples).
         audio_key: Audio file extensions of class folders.
+        audio_column: The audio column of Parquet and Arrow tables.
         text_key: The manifest field of the transcript, or None.
         label_key: The manifest field of the class label, or None (folders: their names).
         on_error: ``"raise"`` or ``"skip"`` (counted in ``skipped``).
@@ -295,8 +371,8 @@ def read_inputs(
         classes: The train split's class names (validation and test use its labels).
     """
     records = _records_of(
-        spec, audio_key=audio_key, text_key=text_key, label_key=label_key,
-        on_error=on_error, skipped=skipped,
+        spec, audio_key=audio_key, audio_column=audio_column, text_key=text_key,
+        label_key=label_key, on_error=on_error, skipped=skipped,
     )  # fmt: skip
     if not records:
         raise ValueError(f"{spec!r}: no usable clips (see dm.skipped).")
@@ -323,6 +399,7 @@ def read_inputs(
         labels,
         classes if labels is not None and classes is not None else None,
         sample_rate,
+        [r.get("blob") for r in records] if any("blob" in r for r in records) else None,
     )
     exact = [
         resampled_length(r["frames"], r["rate"], sample_rate) if "frames" in r else -1

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, is_manifest, read_inputs
+from datamodules.audio.clips import ClipIndex, is_manifest, is_table, read_inputs
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.core.base import BaseDataModule
@@ -44,6 +44,7 @@ from datamodules.core.views import SplitView
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
+from datamodules.shards.records import read_records
 from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["AudioDataModule"]
@@ -57,7 +58,10 @@ def _check_inputs(value: Any, name: str, allow_none: bool) -> Any:
     items = value if isinstance(value, (list, tuple)) else [value]
     if items and all(isinstance(v, (str, os.PathLike)) for v in items):
         return value
-    accepted = "a manifest (.json / .jsonl) or a folder of class sub-folders, or a list of them"
+    accepted = (
+        "a manifest (.json / .jsonl), a Parquet / Arrow table or a folder of class sub-folders, "
+        "or a list of them"
+    )
     raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
 
 
@@ -65,7 +69,9 @@ class AudioDataModule(BaseDataModule):
     """Speech and sound: ``AudioDataModule("train.jsonl", val="dev.jsonl", max_duration=60)``.
 
     Inputs are NeMo-style JSONL manifests (one record a line: ``audio_filepath``, relative to
-    the manifest's folder or absolute, ``duration`` and ``offset`` in seconds, ``text``) or a
+    the manifest's folder or absolute, ``duration`` and ``offset`` in seconds, ``text``), Hugging
+    Face audio tables (Parquet or Arrow files with an ``audio`` column of ``{bytes, path}``, as
+    ``datasets``' ``Audio`` feature stores it; the encoded clips are held in memory) or a
     folder of class sub-folders (each file's label is its sub-folder, as Hugging Face's
     AudioFolder gives it). ``val`` / ``test`` replace the random ``val_split`` / ``test_split``.
 
@@ -82,7 +88,8 @@ class AudioDataModule(BaseDataModule):
     Override :meth:`load_manifest` to list the clips some other way.
 
     Args:
-        train: The train clips: a manifest path, a class folder, or a list of them.
+        train: The train clips: a manifest path, a Parquet / Arrow table, a class folder, or a
+            list of them.
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.
         sample_rate: Samples per second of every clip after resampling.
@@ -413,6 +420,8 @@ def _first_record_has(spec: Any, key: str) -> bool:
     if isinstance(first, dict):
         return key in first
     path = os.fspath(first)
+    if is_table(path) and os.path.isfile(path):
+        return any(key in row for row in read_records(path, stop=1))
     if not is_manifest(path) or not os.path.isfile(path):
         return False
     lines = ShardLines(path, detect_format(path, "jsonl")[1])

@@ -10,6 +10,7 @@ decode.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, NamedTuple
 
@@ -49,8 +50,8 @@ class AudioInfo(NamedTuple):
         return self.frames / self.sample_rate
 
 
-def audio_info(path: str) -> AudioInfo:
-    """Reads ``path``'s header (no decode).
+def audio_info(path: Any) -> AudioInfo:
+    """Reads ``path``'s header (no decode); ``path`` may also be a binary file object.
 
     Raises:
         AudioDecodeError: The file is missing or libsndfile cannot read its header.
@@ -60,7 +61,7 @@ def audio_info(path: str) -> AudioInfo:
     try:
         info = soundfile.info(path)
     except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError
-        raise AudioDecodeError(path, _reason(error)) from error
+        raise AudioDecodeError(str(path), _reason(error)) from error
     return AudioInfo(int(info.frames), int(info.samplerate), int(info.channels))
 
 
@@ -86,7 +87,7 @@ class AudioDecoder:
     def __init__(self, sample_rate: int = 16000, mono: bool = True, decoder: str = "soundfile"):
         self.sample_rate, self.mono, self.decoder = sample_rate, mono, decoder
 
-    def _frames(self, path: str, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
+    def _frames(self, path: Any, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
         """The segment's frames ``(T, C)`` float32 and the file's rate."""
         if self.decoder == "torchcodec":
             from torchcodec.decoders import AudioDecoder as CodecDecoder
@@ -97,7 +98,7 @@ class AudioDecoder:
             return samples.data.numpy().T.astype(np.float32, copy=False), samples.sample_rate
         import soundfile
 
-        with soundfile.SoundFile(path) as file:
+        with soundfile.SoundFile(io.BytesIO(path) if isinstance(path, bytes) else path) as file:
             rate = file.samplerate
             # Always seek, as soundfile.read does: libsndfile's MP3 decoder gives (slightly)
             # other samples after opening than after a seek to frame 0.
@@ -115,7 +116,7 @@ class AudioDecoder:
         """Decodes ``duration`` seconds of ``path`` from ``offset`` (None: to the end).
 
         Args:
-            path: The audio file.
+            path: The audio file, or its encoded bytes.
             offset: Seconds skipped at the start (only the segment's frames are read).
             duration: Seconds read, or None for the rest of the file.
             where: How errors name the clip (default: the path).
@@ -123,12 +124,14 @@ class AudioDecoder:
         Raises:
             AudioDecodeError: The file is missing or cannot be decoded, or holds no frames.
         """
+        name = where or ("encoded bytes" if isinstance(path, bytes) else os.fspath(path))
+        source = path if isinstance(path, bytes) else os.fspath(path)
         try:
-            frames, rate = self._frames(os.fspath(path), offset, duration)
+            frames, rate = self._frames(source, offset, duration)
         except Exception as error:
-            raise AudioDecodeError(where or os.fspath(path), _reason(error)) from error
+            raise AudioDecodeError(name, _reason(error)) from error
         if not len(frames):
-            raise AudioDecodeError(where or os.fspath(path), "no audio frames (an empty clip)")
+            raise AudioDecodeError(name, "no audio frames (an empty clip)")
         if self.mono:
             frames = frames.mean(axis=1, dtype=np.float32, keepdims=True)
         if rate != self.sample_rate:

@@ -244,3 +244,30 @@ def test_mono_false_keeps_channels_and_refuses_mixed_layouts(tmp_path: Path) -> 
     mixed = AudioDataModule(tmp_path / "all.jsonl", val_split=0, mono=False, batch_size=3)
     with pytest.raises(ValueError, match=r"different channel counts \[1, 2\]"):
         all_batches(mixed)
+
+
+def test_a_hugging_face_audio_parquet_decodes_its_encoded_clips(tmp_path: Path) -> None:
+    import io
+
+    import datasets
+
+    rows = []
+    for i in range(6):
+        rate, encoded = (22050 if i % 2 else RATE), io.BytesIO()
+        soundfile.write(encoded, tone(1600 + 16 * i, 300, rate), rate, format="FLAC")
+        rows.append({"audio": {"bytes": encoded.getvalue(), "path": f"c{i}.flac"}, "text": f"{i}"})
+    rows.append({"audio": {"bytes": b"not audio", "path": "bad.flac"}, "text": "bad"})
+    table = datasets.Dataset.from_list(rows).cast_column("audio", datasets.Audio(decode=False))
+    table.to_parquet(tmp_path / "train.parquet")
+    path = tmp_path / "train.parquet"
+    with pytest.raises(ValueError, match=r"train\.parquet: row 7: cannot read the audio header"):
+        AudioDataModule(path).setup("fit")
+    dm = AudioDataModule(path, on_error="skip", val_split=0, batch_size=8, shuffle=False)
+    (batch,) = all_batches(dm)
+    assert batch["text"] == [f"{i}" for i in range(6)] and dm.skipped.records == 1
+    for i, row in enumerate(rows[:6]):
+        frames, rate = soundfile.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
+        expected = frames if rate == RATE else soxr.resample(frames[:, None], rate, RATE)[:, 0]
+        n = int(batch["lengths"][i])
+        assert n == len(expected)
+        np.testing.assert_array_equal(batch["input_values"][i, :n].numpy(), expected)
