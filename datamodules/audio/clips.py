@@ -192,6 +192,74 @@ def read_manifest(
     return records
 
 
+def is_tar(path: str) -> bool:
+    """Whether ``path`` names a tar shard (``.tar``, ``.tar.gz``, ``.tgz``)."""
+    return path.lower().endswith((".tar", ".tar.gz", ".tgz"))
+
+
+def _tar_fields(record: dict[str, Any], text_key: str | None, label_key: str | None):
+    """A webdataset record's transcript and label: ``txt`` / ``text`` members (or ``text_key``
+    in its ``json``), ``cls`` (or ``label_key`` in its ``json``)."""
+    meta = record.get("json") if isinstance(record.get("json"), dict) else {}
+    text = meta.get(text_key) if text_key else None
+    if text is None:
+        text = record.get("txt", record.get("text"))
+    label = meta.get(label_key) if label_key else None
+    if label is None and label_key is not None:
+        label = record.get(label_key, record.get("cls"))
+    return text, label
+
+
+def read_tar(
+    path: str,
+    *,
+    extensions: Sequence[str],
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
+) -> list[dict[str, Any]]:
+    """The clips of a webdataset tar shard (read by the shard layer): each record's audio is
+    its first member among ``extensions``; the transcript a ``txt`` member (or ``text_key`` of
+    its ``json``), the label ``label_key`` (a member or in the ``json``). Records are named
+    ``"file: key 'k'"``."""
+    records = []
+    for record in read_records(path):
+        key = record.get("__key__")
+        where = where_in(path, f"key {key!r}")
+
+        def bad(why: str, key: Any = key, where: str = where) -> None:
+            _fail(where, why, on_error, skipped, path, f"key {key!r}")
+
+        blob = next((record[e] for e in extensions if isinstance(record.get(e), bytes)), None)
+        if not blob:
+            bad(f"no audio member ({', '.join(extensions)})")
+            continue
+        try:
+            info = audio_info(io.BytesIO(blob))
+        except AudioDecodeError as error:
+            bad(f"cannot read the audio header: {error.reason}")
+            continue
+        if not info.frames:
+            bad("an empty clip (0 frames)")
+            continue
+        out: dict[str, Any] = {"path": where, "blob": blob, "offset": 0.0, "where": where}
+        out.update(duration=info.duration, frames=info.frames, rate=info.sample_rate)
+        text, label = _tar_fields(record, text_key, label_key)
+        if text_key is not None:
+            if not isinstance(text, str):
+                bad(f"no transcript (a txt member, or {text_key!r} in its json)")
+                continue
+            out["text"] = text
+        if label_key is not None:
+            if not isinstance(label, (str, int)) or isinstance(label, bool):
+                bad(f"no {label_key!r} (a class name or an int)")
+                continue
+            out["label"] = label
+        records.append(out)
+    return records
+
+
 def is_table(path: str) -> bool:
     """Whether ``path`` names a Parquet or Arrow file."""
     return path.lower().endswith((".parquet", ".pq", ".arrow"))
@@ -325,6 +393,11 @@ def _records_of(
         path = os.fspath(item)
         if os.path.isdir(path):
             records += scan_class_folders(path, audio_key, skipped, on_error)
+        elif is_tar(path):
+            records += read_tar(
+                path, extensions=audio_key, text_key=text_key, label_key=label_key,
+                on_error=on_error, skipped=skipped,
+            )  # fmt: skip
         elif is_table(path):
             records += read_table(
                 path, audio_column=audio_column, text_key=text_key, label_key=label_key,
@@ -339,7 +412,7 @@ def _records_of(
         else:
             raise ValueError(
                 f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
-                "table of audio, nor a folder of class sub-folders."
+                "table of audio, a tar shard, nor a folder of class sub-folders."
             )
     return records
 
@@ -362,7 +435,7 @@ def read_inputs(
         spec: A path (manifest or class folder), a list of paths, or a list of records
             (dicts with NeMo's keys).
         sample_rate: The target rate (for the lengths in samples).
-        audio_key: Audio file extensions of class folders.
+        audio_key: Audio file extensions of class folders and tar members.
         audio_column: The audio column of Parquet and Arrow tables.
         text_key: The manifest field of the transcript, or None.
         label_key: The manifest field of the class label, or None (folders: their names).

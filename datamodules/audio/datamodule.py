@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, is_manifest, is_table, read_inputs
+from datamodules.audio.clips import ClipIndex, is_manifest, is_table, is_tar, read_inputs
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.core.base import BaseDataModule
@@ -59,7 +59,7 @@ def _check_inputs(value: Any, name: str, allow_none: bool) -> Any:
     if items and all(isinstance(v, (str, os.PathLike)) for v in items):
         return value
     accepted = (
-        "a manifest (.json / .jsonl), a Parquet / Arrow table or a folder of class sub-folders, "
+        "a manifest (.json / .jsonl), a Parquet / Arrow table, a tar shard or a class folder, "
         "or a list of them"
     )
     raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
@@ -71,9 +71,10 @@ class AudioDataModule(BaseDataModule):
     Inputs are NeMo-style JSONL manifests (one record a line: ``audio_filepath``, relative to
     the manifest's folder or absolute, ``duration`` and ``offset`` in seconds, ``text``), Hugging
     Face audio tables (Parquet or Arrow files with an ``audio`` column of ``{bytes, path}``, as
-    ``datasets``' ``Audio`` feature stores it; the encoded clips are held in memory) or a
-    folder of class sub-folders (each file's label is its sub-folder, as Hugging Face's
-    AudioFolder gives it). ``val`` / ``test`` replace the random ``val_split`` / ``test_split``.
+    ``datasets``' ``Audio`` feature stores it), webdataset tar shards (an audio member, ``txt``
+    or ``json``) -- the encoded clips of tables and tars are held in memory -- or a folder of
+    class sub-folders (each file's label is its sub-folder, as Hugging Face's AudioFolder
+    gives it). ``val`` / ``test`` replace the random ``val_split`` / ``test_split``.
 
     Clips are decoded in the loader's workers by soundfile, resampled to ``sample_rate`` by soxr
     and averaged to mono; a manifest segment (``offset`` / ``duration``) reads only its frames.
@@ -88,12 +89,12 @@ class AudioDataModule(BaseDataModule):
     Override :meth:`load_manifest` to list the clips some other way.
 
     Args:
-        train: The train clips: a manifest path, a Parquet / Arrow table, a class folder, or a
-            list of them.
+        train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
+            folder, or a list of them.
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.
         sample_rate: Samples per second of every clip after resampling.
-        audio_key: Audio file extensions of class folders, ``;``-separated.
+        audio_key: Audio file extensions of class folders and tar members, ``;``-separated.
         text_key: The manifest field of the transcript (None: ``"text"`` for manifests whose
             first record has one); ``""`` leaves transcripts out.
         label_key: The manifest field of a class label (names or ints); folders' labels are
@@ -422,6 +423,8 @@ def _first_record_has(spec: Any, key: str) -> bool:
     path = os.fspath(first)
     if is_table(path) and os.path.isfile(path):
         return any(key in row for row in read_records(path, stop=1))
+    if is_tar(path) and os.path.isfile(path):
+        return any(k in row for row in read_records(path, stop=1) for k in ("txt", "text"))
     if not is_manifest(path) or not os.path.isfile(path):
         return False
     lines = ShardLines(path, detect_format(path, "jsonl")[1])

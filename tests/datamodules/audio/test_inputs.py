@@ -273,3 +273,31 @@ def test_a_hugging_face_audio_parquet_decodes_its_encoded_clips(tmp_path: Path) 
         n = int(batch["lengths"][i])
         assert n == len(expected)
         np.testing.assert_array_equal(batch["input_values"][i, :n].numpy(), expected)
+
+
+def test_webdataset_tar_shards_give_audio_members_and_transcripts(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    members = []
+    for i in range(5):
+        encoded = io.BytesIO()
+        soundfile.write(encoded, tone(1600 + 16 * i, 300, RATE), RATE, format="WAV")
+        members += [(f"s{i}.wav", encoded.getvalue()), (f"s{i}.txt", f"clip {i}".encode())]
+    members += [(f"s{5}.txt", b"no audio")]
+    with tarfile.open(tmp_path / "shard-0.tar", "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    shard = tmp_path / "shard-0.tar"
+    with pytest.raises(ValueError, match=r"shard-0\.tar: key 's5': no audio member"):
+        AudioDataModule(shard).setup("fit")
+    dm = AudioDataModule(shard, on_error="skip", val_split=0, batch_size=8, num_workers=0)
+    (batch,) = all_batches(dm)
+    assert dm.skipped.records == 1
+    for i, text in zip(batch_ids(batch), batch["text"], strict=True):
+        assert text == f"clip {i}"
+        wave = soundfile.read(io.BytesIO(members[2 * i][1]), dtype="float32")[0]
+        row = batch["text"].index(text)
+        np.testing.assert_array_equal(batch["input_values"][row, : len(wave)].numpy(), wave)
