@@ -163,11 +163,17 @@ def write_bad(root: Path) -> Path:
     return root / "manifest.jsonl"
 
 
-def test_bad_records_are_named_with_file_and_line_or_skipped_and_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 1])
+def test_bad_records_are_named_with_file_and_line_or_skipped_and_counted(
+    tmp_path: Path, workers: int
+) -> None:
     manifest = write_bad(tmp_path)
     with pytest.raises(ValueError, match=r"manifest\.jsonl: line 5: no 'audio_filepath'"):
         AudioDataModule(manifest).setup("fit")
-    dm = AudioDataModule(manifest, on_error="skip", val_split=0, batch_size=8, num_workers=0)
+    dm = AudioDataModule(
+        manifest, on_error="skip", val_split=0, batch_size=8, num_workers=workers,
+        persistent_workers=False,
+    )  # fmt: skip
     with pytest.warns(RuntimeWarning, match=r"left out 1 undecodable clip.*broken\.wav"):
         (batch,) = all_batches(dm)
     assert sorted(batch_ids(batch)) == [0, 1, 2, 3]  # the undecodable clip left out
