@@ -17,7 +17,6 @@ Inputs:
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,14 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.audio.decoding import AudioDecodeError, audio_info, resampled_length
+from datamodules.audio.decoding import AudioDecodeError, audio_info
 from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
-from datamodules.shards.records import read_records
 
-__all__ = ["MANIFEST_EXTENSIONS", "ClipIndex", "ManifestError", "read_inputs", "scan_class_folders"]
+__all__ = [
+    "MANIFEST_EXTENSIONS",
+    "ClipIndex",
+    "ManifestError",
+    "fail",
+    "is_manifest",
+    "parse_record",
+    "read_manifest",
+    "records_in_memory",
+    "scan_class_folders",
+]
 
 MANIFEST_EXTENSIONS = (".json", ".jsonl")
 
@@ -92,7 +100,9 @@ class ClipIndex:
         return out
 
 
-def _fail(where: str, why: str, on_error: str, skipped: Skipped, file: str, line: Any) -> None:
+def fail(where: str, why: str, on_error: str, skipped: Skipped, file: str, line: Any) -> None:
+    """Raises :class:`ManifestError` naming ``where`` (``on_error="raise"``), else counts the
+    record in ``skipped``."""
     if on_error == "raise":
         raise ManifestError(f"{where}: {why}")
     skipped.record(file, line, why)
@@ -181,7 +191,7 @@ def read_manifest(
             where = where_in(path, number)
 
             def bad(why: str, number: int = number, where: str = where) -> None:
-                _fail(where, why, on_error, skipped, path, number)
+                fail(where, why, on_error, skipped, path, number)
 
             out = parse_record(record, base, bad, text_key, label_key)
             if out is not None:
@@ -192,131 +202,13 @@ def read_manifest(
     return records
 
 
-def is_tar(path: str) -> bool:
-    """Whether ``path`` names a tar shard (``.tar``, ``.tar.gz``, ``.tgz``)."""
-    return path.lower().endswith((".tar", ".tar.gz", ".tgz"))
-
-
-def _tar_fields(record: dict[str, Any], text_key: str | None, label_key: str | None):
-    """A webdataset record's transcript and label: ``txt`` / ``text`` members (or ``text_key``
-    in its ``json``), ``cls`` (or ``label_key`` in its ``json``)."""
-    meta = record.get("json") if isinstance(record.get("json"), dict) else {}
-    text = meta.get(text_key) if text_key else None
-    if text is None:
-        text = record.get("txt", record.get("text"))
-    label = meta.get(label_key) if label_key else None
-    if label is None and label_key is not None:
-        label = record.get(label_key, record.get("cls"))
-    return text, label
-
-
-def read_tar(
-    path: str,
-    *,
-    extensions: Sequence[str],
-    text_key: str | None,
-    label_key: str | None,
-    on_error: str,
-    skipped: Skipped,
-) -> list[dict[str, Any]]:
-    """The clips of a webdataset tar shard (read by the shard layer): each record's audio is
-    its first member among ``extensions``; the transcript a ``txt`` member (or ``text_key`` of
-    its ``json``), the label ``label_key`` (a member or in the ``json``). Records are named
-    ``"file: key 'k'"``."""
-    records = []
-    for record in read_records(path):
-        key = record.get("__key__")
-        where = where_in(path, f"key {key!r}")
-
-        def bad(why: str, key: Any = key, where: str = where) -> None:
-            _fail(where, why, on_error, skipped, path, f"key {key!r}")
-
-        blob = next((record[e] for e in extensions if isinstance(record.get(e), bytes)), None)
-        if not blob:
-            bad(f"no audio member ({', '.join(extensions)})")
-            continue
-        try:
-            info = audio_info(io.BytesIO(blob))
-        except AudioDecodeError as error:
-            bad(f"cannot read the audio header: {error.reason}")
-            continue
-        if not info.frames:
-            bad("an empty clip (0 frames)")
-            continue
-        out: dict[str, Any] = {"path": where, "blob": blob, "offset": 0.0, "where": where}
-        out.update(duration=info.duration, frames=info.frames, rate=info.sample_rate)
-        text, label = _tar_fields(record, text_key, label_key)
-        if text_key is not None:
-            if not isinstance(text, str):
-                bad(f"no transcript (a txt member, or {text_key!r} in its json)")
-                continue
-            out["text"] = text
-        if label_key is not None:
-            if not isinstance(label, (str, int)) or isinstance(label, bool):
-                bad(f"no {label_key!r} (a class name or an int)")
-                continue
-            out["label"] = label
-        records.append(out)
-    return records
-
-
-def is_table(path: str) -> bool:
-    """Whether ``path`` names a Parquet or Arrow file."""
-    return path.lower().endswith((".parquet", ".pq", ".arrow"))
-
-
-def read_table(
-    path: str,
-    *,
-    audio_column: str,
-    text_key: str | None,
-    label_key: str | None,
-    on_error: str,
-    skipped: Skipped,
-) -> list[dict[str, Any]]:
-    """The clips of a Hugging Face audio table (Parquet or Arrow, read by the shard layer):
-    ``audio_column`` holds ``{"bytes", "path"}`` (the ``Audio`` feature's storage); durations
-    come from the encoded audio's header. Rows are named ``"file: row N"`` (from 1)."""
-    columns = [c for c in (audio_column, text_key, label_key) if c]
-    records = []
-    for number, row in enumerate(read_records(path, columns=columns), 1):
-        where = f"{path}: row {number}"
-
-        def bad(why: str, number: int = number, where: str = where) -> None:
-            _fail(where, why, on_error, skipped, path, f"row {number}")
-
-        audio = row.get(audio_column)
-        blob = audio.get("bytes") if isinstance(audio, dict) else None
-        if not isinstance(blob, bytes) or not blob:
-            bad(f"no encoded audio in column {audio_column!r} (a struct of bytes and path)")
-            continue
-        try:
-            info = audio_info(io.BytesIO(blob))
-        except AudioDecodeError as error:
-            bad(f"cannot read the audio header: {error.reason}")
-            continue
-        if not info.frames:
-            bad("an empty clip (0 frames)")
-            continue
-        out: dict[str, Any] = {"path": audio.get("path") or where, "blob": blob, "offset": 0.0}
-        out.update(duration=info.duration, frames=info.frames, rate=info.sample_rate)
-        out["where"] = where
-        for key, name in ((text_key, "text"), (label_key, "label")):
-            if key is None:
-                continue
-            value = row.get(key)
-            valid = isinstance(value, str) or (name == "label" and isinstance(value, int))
-            if not valid or isinstance(value, bool):
-                bad(f"no {key!r} ({'a string' if name == 'text' else 'a class'}) in the row")
-                break
-            out[name] = value
-        else:
-            records.append(out)
-    return records
-
-
 def records_in_memory(
-    records: Sequence[Any], *, text_key, label_key, on_error: str, skipped: Skipped
+    records: Sequence[Any],
+    *,
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
 ) -> list[dict[str, Any]]:
     """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``."""
     out = []
@@ -324,7 +216,7 @@ def records_in_memory(
         where = f"record {number}"
 
         def bad(why: str, where: str = where) -> None:
-            _fail(where, why, on_error, skipped, "records", where)
+            fail(where, why, on_error, skipped, "records", where)
 
         parsed = parse_record(record, os.getcwd(), bad, text_key, label_key)
         if parsed is not None:
@@ -333,7 +225,9 @@ def records_in_memory(
     return out
 
 
-def scan_class_folders(root: str, extensions: Sequence[str], skipped: Skipped, on_error: str):
+def scan_class_folders(
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str
+) -> list[dict[str, Any]]:
     """Records of a folder of class sub-folders: ``{"path", "offset", "duration", "where",
     "label"}`` (label: the sub-folder's name), durations from the headers."""
     if not os.path.isdir(root):
@@ -350,7 +244,7 @@ def scan_class_folders(root: str, extensions: Sequence[str], skipped: Skipped, o
                 try:
                     info = audio_info(path)
                 except AudioDecodeError as error:
-                    _fail(
+                    fail(
                         path,
                         f"cannot read its header: {error.reason}",
                         on_error,
@@ -360,7 +254,7 @@ def scan_class_folders(root: str, extensions: Sequence[str], skipped: Skipped, o
                     )
                     continue
                 if info.frames == 0:
-                    _fail(path, "an empty clip (0 frames)", on_error, skipped, path, None)
+                    fail(path, "an empty clip (0 frames)", on_error, skipped, path, None)
                     continue
                 records.append(
                     {"path": path, "offset": 0.0, "duration": info.duration, "where": path,
@@ -371,112 +265,3 @@ def scan_class_folders(root: str, extensions: Sequence[str], skipped: Skipped, o
             f"{root!r} holds no audio files ({', '.join(extensions)}) in class sub-folders."
         )
     return records
-
-
-def _records_of(
-    spec: Any,
-    *,
-    audio_key: Sequence[str],
-    audio_column: str,
-    text_key,
-    label_key,
-    on_error,
-    skipped,
-):
-    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
-    if specs and all(isinstance(item, dict) for item in specs):
-        return records_in_memory(
-            specs, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
-        )
-    records: list[dict[str, Any]] = []
-    for item in specs:
-        path = os.fspath(item)
-        if os.path.isdir(path):
-            records += scan_class_folders(path, audio_key, skipped, on_error)
-        elif is_tar(path):
-            records += read_tar(
-                path, extensions=audio_key, text_key=text_key, label_key=label_key,
-                on_error=on_error, skipped=skipped,
-            )  # fmt: skip
-        elif is_table(path):
-            records += read_table(
-                path, audio_column=audio_column, text_key=text_key, label_key=label_key,
-                on_error=on_error, skipped=skipped,
-            )  # fmt: skip
-        elif is_manifest(path):
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"manifest {path!r} does not exist.")
-            records += read_manifest(
-                path, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
-            )
-        else:
-            raise ValueError(
-                f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
-                "table of audio, a tar shard, nor a folder of class sub-folders."
-            )
-    return records
-
-
-def read_inputs(
-    spec: Any,
-    *,
-    sample_rate: int,
-    audio_key: Sequence[str],
-    audio_column: str = "audio",
-    text_key: str | None,
-    label_key: str | None,
-    on_error: str,
-    skipped: Skipped,
-    classes: list[str] | None = None,
-) -> ClipIndex:
-    """A :class:`ClipIndex` of one split's inputs (a manifest, a folder, or a list of them).
-
-    Args:
-        spec: A path (manifest or class folder), a list of paths, or a list of records
-            (dicts with NeMo's keys).
-        sample_rate: The target rate (for the lengths in samples).
-        audio_key: Audio file extensions of class folders and tar members.
-        audio_column: The audio column of Parquet and Arrow tables.
-        text_key: The manifest field of the transcript, or None.
-        label_key: The manifest field of the class label, or None (folders: their names).
-        on_error: ``"raise"`` or ``"skip"`` (counted in ``skipped``).
-        skipped: Where skipped records are counted.
-        classes: The train split's class names (validation and test use its labels).
-    """
-    records = _records_of(
-        spec, audio_key=audio_key, audio_column=audio_column, text_key=text_key,
-        label_key=label_key, on_error=on_error, skipped=skipped,
-    )  # fmt: skip
-    if not records:
-        raise ValueError(f"{spec!r}: no usable clips (see dm.skipped).")
-    labels = None
-    if "label" in records[0]:
-        values = [r["label"] for r in records]
-        if all(isinstance(v, int) for v in values) and classes is None:
-            labels = np.asarray(values, dtype=np.int64)
-        else:
-            names = [str(v) for v in values]
-            if classes is None:
-                classes = sorted(set(names))
-            position = {name: i for i, name in enumerate(classes)}
-            unknown = sorted(set(names) - set(position))
-            if unknown:
-                raise ValueError(f"{spec!r} has classes {unknown} that the train split lacks.")
-            labels = np.asarray([position[n] for n in names], dtype=np.int64)
-    index = ClipIndex(
-        [r["path"] for r in records],
-        np.asarray([r["offset"] for r in records], dtype=np.float64),
-        np.asarray([r["duration"] for r in records], dtype=np.float64),
-        [r["where"] for r in records],
-        [r["text"] for r in records] if "text" in records[0] else None,
-        labels,
-        classes if labels is not None and classes is not None else None,
-        sample_rate,
-        [r.get("blob") for r in records] if any("blob" in r for r in records) else None,
-    )
-    exact = [
-        resampled_length(r["frames"], r["rate"], sample_rate) if "frames" in r else -1
-        for r in records
-    ]
-    index.lengths = np.where(np.asarray(exact) >= 0, np.asarray(exact), index.lengths)
-    return index

@@ -2,7 +2,9 @@
 seconds of audio, features computed on the Trainer's device.
 
 Composed of parts that hold their own state: the clip index (:mod:`datamodules.audio.clips`:
-manifests and class folders, durations without decoding), the decoder
+manifests and class folders, :mod:`datamodules.audio.shard_clips`: tars and Parquet / Arrow
+tables through the shard layer, :mod:`datamodules.audio.inputs`: one split's inputs;
+durations without decoding), the decoder
 (:mod:`datamodules.audio.decoding`: soundfile + soxr), the batch view
 (:mod:`datamodules.audio.batches`), the length-bucketed sampler of
 :mod:`datamodules.core.buckets` (``max_duration`` is its budget in samples, padding counted;
@@ -21,9 +23,11 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, is_manifest, is_table, is_tar, read_inputs
+from datamodules.audio.clips import ClipIndex, is_manifest
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
+from datamodules.audio.inputs import read_inputs
+from datamodules.audio.shard_clips import is_table, is_tar
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import (
