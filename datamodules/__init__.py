@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from datamodules.core.lazy import lazy_exports
 
 __all__ = [
+    "AudioDataModule",
     "BaseDataModule",
     "ChatDataModule",
     "DataWaitMonitor",
@@ -29,6 +30,7 @@ __all__ = [
 
 #: Where each public name is defined.
 _HOMES = {
+    "AudioDataModule": "datamodules.audio.datamodule",
     "BaseDataModule": "datamodules.core.base",
     "ChatDataModule": "datamodules.chat.datamodule",
     "DataWaitMonitor": "datamodules.tools.monitor",
@@ -43,6 +45,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from datamodules.audio.datamodule import AudioDataModule
     from datamodules.chat.datamodule import ChatDataModule
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source

@@ -244,6 +244,33 @@ def check_sine_waves(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert torch.allclose(raw, want, atol=1e-5)
 
 
+def write_tones(root: Path) -> None:
+    """Twelve short .wav tones named ``{low,high}-N.wav`` (for the tone-folder block)."""
+    import numpy as np
+    import soundfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(12):
+        pitch, frequency = ("low", 200) if i % 2 else ("high", 2000)
+        t = np.arange(1600 + 160 * i) / 16000
+        soundfile.write(root / f"{pitch}-{i}.wav", 0.3 * np.sin(2 * np.pi * frequency * t), 16000)
+
+
+def check_tone_folder(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_tones(tmp_path / "tones")
+    dm = run()["ToneFolder"](str(tmp_path / "tones"), batch_size=4, val_split=0.25, num_workers=0)
+    dm.setup("fit")
+    assert dm.classes == ["high", "low"] and [dm.split_size(s) for s in ("train", "val")] == [9, 3]
+    batches = list(dm.train_dataloader())
+    assert sorted(n for b in batches for n in b["lengths"].tolist()) == sorted(
+        1600 + 160 * int(Path(dm.index.paths[i]).stem.split("-")[1])
+        for i in dm.split_indices["train"].tolist()
+    )
+    for batch in batches:
+        for n, label in zip(batch["lengths"].tolist(), batch["label"].tolist(), strict=True):
+            assert label == ((n - 1600) // 160) % 2  # odd: "low" (1)
+
+
 CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "first-fit": check_first_fit,
     "wine": check_wine,
@@ -260,6 +287,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "chat-renderer": check_chat_renderer,
     "preference-subclass": check_preference_subclass,
     "sine-waves": check_sine_waves,
+    "tone-folder": check_tone_folder,
 }
 
 
@@ -280,7 +308,10 @@ def test_runnable_block(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_subclass_examples_stay_short() -> None:
     """The docs promise a subclass of each DataModule in under 20 lines."""
-    for name in ("wine", "csv-images", "surnames", "pairs", "preference-subclass", "sine-waves"):
+    for name in (
+        "wine", "csv-images", "surnames", "pairs", "preference-subclass", "sine-waves",
+        "tone-folder",
+    ):  # fmt: skip
         lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
         assert len(lines) < 20, f"{name}: {len(lines)} lines"
 

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("tensor", "images", "text", "streaming", "chat", "image_text", "preference", "time_series")
+KINDS = (
+    "tensor", "images", "text", "streaming", "chat", "image_text", "preference", "time_series",
+    "audio",
+)  # fmt: skip
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the
 #: shard layer (every file format, the shard index, the writer: streams and text read files
@@ -187,6 +190,7 @@ OWN_JSON = {
             "tokens",
             "chat",
             "time_series",
+            "audio",
         )
     ],
     ids=lambda p: str(p.relative_to(ROOT)),

@@ -28,6 +28,7 @@ from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from datamodules import (
+    AudioDataModule,
     BaseDataModule,
     ChatDataModule,
     ImageFolderDataModule,
@@ -467,6 +468,31 @@ def time_series_case(tmp_path: Path) -> RichCase:
     )
 
 
+def audio_case(tmp_path: Path) -> RichCase:
+    """Duration batches of a NeMo manifest, transcripts tokenized, log-mel on the device."""
+    from tests.datamodules.audio.audio_data import batch_ids, write_numbered
+
+    manifest = write_numbered(tmp_path / "audio")
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "clip": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return RichCase(
+        make=lambda: AudioDataModule(
+            manifest,
+            tokenizer=tokenizer,
+            features="log_mel",
+            n_mels=16,
+            max_duration=0.4,
+            max_seconds=1.0,
+            overlong="truncate",
+            val_split=0.2,
+            num_workers=0,
+        ),
+        batch_ids=batch_ids,
+        unsaved={"tokenizer"},
+        again=lambda: {"tokenizer": tokenizer},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -481,6 +507,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "image-text-conversations": image_text_conversations_case,
     "preference-packed": preference_case,
     "time-series": time_series_case,
+    "audio-duration-batches": audio_case,
 }
 
 

@@ -20,7 +20,7 @@ from PIL import Image
 from datamodules import BaseDataModule, StreamingDataModule, TextDataModule
 from tests.datamodules.contract import quiet_trainer
 from tests.recording import RecordingModel
-from tests.test_docs import runner
+from tests.test_docs import runner, write_tones
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -63,6 +63,13 @@ def csv_images(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     return dm, {"csv_file": csv_file, "image_size": 8, "batch_size": 4, "num_workers": 0}
 
 
+def tones(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
+    write_tones(tmp_path / "tones")
+    root = str(tmp_path / "tones")
+    dm = runner("tone-folder")()["ToneFolder"](root, batch_size=4, val_split=0.25, num_workers=0)
+    return dm, {"root": root, "batch_size": 4, "val_split": 0.25, "num_workers": 0}
+
+
 def text(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     dm = FixedText(n=40, batch_size=2, num_workers=0)
     return dm, {"n": 40, "batch_size": 2, "num_workers": 0}
@@ -93,6 +100,7 @@ def sine_waves(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
 CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "tensor-docs-wine": wine,
     "image-folder-docs-csv-images": csv_images,
+    "audio-docs-tone-folder": tones,
     "text": text,
     "streaming": stream,
     "preference-docs-subclass": preference,
@@ -104,7 +112,7 @@ def first_ids(batch: Any) -> list[int]:
     if isinstance(batch, dict) and "series_index" in batch:  # a window: its series and start
         return (1000 * batch["series_index"] + batch["window_start"]).tolist()
     if isinstance(batch, dict):
-        key = "id" if "id" in batch else "input_ids"
+        key = "id" if "id" in batch else "lengths" if "lengths" in batch else "input_ids"
         return batch[key].flatten().tolist()
     return batch[1].flatten().tolist()
 

@@ -1,0 +1,267 @@
+"""The clip index: every clip of a split as flat arrays, read from manifests or class folders.
+
+A :class:`ClipIndex` holds, per clip, its file, its segment (``offset`` and ``duration``
+seconds), its length in samples at the target rate, where it came from (``"manifest.jsonl:
+line 3"``, for messages) and its transcript or class label. Durations come from the manifest
+(NeMo's ``duration``) or, where a manifest has none and for class folders, from the file's
+header (:func:`~datamodules.audio.decoding.audio_info`): nothing is decoded to measure.
+
+Inputs:
+
+* a NeMo-style JSONL manifest (``.json`` / ``.jsonl``): one record a line with
+  ``audio_filepath`` (relative paths resolve against the manifest's folder), ``duration``,
+  ``text`` and an optional ``offset`` (a segment of a longer file);
+* a folder of class sub-folders (labels from the sub-folder names, sorted, as Hugging Face's
+  AudioFolder gives them), the files' extensions chosen by ``audio_key``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from datamodules.audio.decoding import AudioDecodeError, audio_info
+from datamodules.core.skipped import Skipped, where_in
+from datamodules.shards.formats import detect_format
+from datamodules.shards.jsonl import numbered_jsonl
+from datamodules.shards.lines import ShardLines
+
+__all__ = [
+    "MANIFEST_EXTENSIONS",
+    "ClipIndex",
+    "ManifestError",
+    "fail",
+    "is_manifest",
+    "parse_record",
+    "read_manifest",
+    "records_in_memory",
+    "scan_class_folders",
+]
+
+MANIFEST_EXTENSIONS = (".json", ".jsonl")
+
+
+class ManifestError(ValueError):
+    """A manifest record that cannot be used, named with its file and line."""
+
+
+@dataclass
+class ClipIndex:
+    """Flat per-clip arrays of one split (see the module's docstring).
+
+    Attributes:
+        paths: The audio file of each clip.
+        offsets: Seconds into the file where each clip starts.
+        durations: Seconds of each clip (its segment).
+        where: Where each clip was listed, for messages.
+        texts: Transcripts, or None.
+        labels: Class labels (int64), or None.
+        classes: Class names in label order, or None (labels given as ints).
+        sample_rate: The target rate of :attr:`lengths`.
+        blobs: The encoded audio of clips stored in a table (Parquet, Arrow), else None.
+    """
+
+    paths: list[str]
+    offsets: np.ndarray
+    durations: np.ndarray
+    where: list[str]
+    texts: list[str] | None = None
+    labels: np.ndarray | None = None
+    classes: list[str] | None = None
+    sample_rate: int = 16000
+    blobs: list[bytes | None] | None = None
+    lengths: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lengths = np.rint(self.durations * self.sample_rate).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def subset(self, keep: np.ndarray) -> ClipIndex:
+        """The clips at positions ``keep``, in that order."""
+        rows = keep.tolist()
+        out = ClipIndex(
+            [self.paths[i] for i in rows],
+            self.offsets[keep],
+            self.durations[keep],
+            [self.where[i] for i in rows],
+            None if self.texts is None else [self.texts[i] for i in rows],
+            None if self.labels is None else self.labels[keep],
+            self.classes,
+            self.sample_rate,
+            None if self.blobs is None else [self.blobs[i] for i in rows],
+        )
+        out.lengths = self.lengths[keep]
+        return out
+
+
+def fail(where: str, why: str, on_error: str, skipped: Skipped, file: str, line: Any) -> None:
+    """Raises :class:`ManifestError` naming ``where`` (``on_error="raise"``), else counts the
+    record in ``skipped``."""
+    if on_error == "raise":
+        raise ManifestError(f"{where}: {why}")
+    skipped.record(file, line, why)
+
+
+def parse_record(
+    record: Any,
+    base: str,
+    bad: Callable[[str], None],
+    text_key: str | None,
+    label_key: str | None,
+) -> dict[str, Any] | None:
+    """One NeMo-style record as ``{"path", "offset", "duration", "text"?, "label"?}``, or None
+    after calling ``bad(why)`` (relative ``audio_filepath`` resolve against ``base``)."""
+    if not isinstance(record, dict) or not isinstance(record.get("audio_filepath"), str):
+        bad("no 'audio_filepath' (a string) in the record")
+        return None
+    given = record["audio_filepath"]
+    audio = given if os.path.isabs(given) or "://" in given else os.path.join(base, given)
+    if not os.path.exists(audio):
+        bad(f"audio_filepath {given!r} does not exist ({audio})")
+        return None
+    offset = record.get("offset", 0.0) or 0.0
+    duration = record.get("duration")
+    out: dict[str, Any] = {"path": audio}
+    if duration is None:
+        try:
+            info = audio_info(audio)
+        except AudioDecodeError as error:
+            bad(f"cannot read the header of {audio}: {error.reason}")
+            return None
+        if not offset:
+            out.update(frames=info.frames, rate=info.sample_rate)
+        duration = info.duration - offset if isinstance(offset, (int, float)) else None
+    if not _seconds(offset) or not _seconds(duration):
+        bad(f"offset={offset!r} and duration={duration!r} must be numbers of seconds")
+        return None
+    if duration <= 0 or offset < 0:
+        bad(f"an empty clip (offset={offset}, duration={duration})")
+        return None
+    out.update(offset=float(offset), duration=float(duration))
+    if text_key is not None:
+        text = record.get(text_key)
+        if not isinstance(text, str):
+            bad(f"no {text_key!r} (a string) in the record")
+            return None
+        out["text"] = text
+    if label_key is not None:
+        label = record.get(label_key)
+        if not isinstance(label, (str, int)) or isinstance(label, bool):
+            bad(f"no {label_key!r} (a class name or an int) in the record")
+            return None
+        out["label"] = label
+    return out
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_manifest(path: str) -> bool:
+    """Whether ``path`` names a JSONL manifest (``.json`` / ``.jsonl``, optionally ``.gz`` /
+    ``.zst``)."""
+    name = path.lower()
+    for suffix in (".gz", ".zst"):
+        name = name.removesuffix(suffix)
+    return name.endswith(MANIFEST_EXTENSIONS)
+
+
+def read_manifest(
+    path: str,
+    *,
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
+) -> list[dict[str, Any]]:
+    """The usable records of one NeMo manifest (see :func:`parse_record`, plus ``"where"``),
+    read by the shard layer; a bad line raises (or is counted in ``skipped``), naming file and
+    line."""
+    base = os.path.dirname(os.path.abspath(path))
+    records = []
+    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    try:
+        for number, record in numbered_jsonl(lines, on_error, skipped):
+            where = where_in(path, number)
+
+            def bad(why: str, number: int = number, where: str = where) -> None:
+                fail(where, why, on_error, skipped, path, number)
+
+            out = parse_record(record, base, bad, text_key, label_key)
+            if out is not None:
+                out["where"] = where
+                records.append(out)
+    finally:
+        lines.close()
+    return records
+
+
+def records_in_memory(
+    records: Sequence[Any],
+    *,
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
+) -> list[dict[str, Any]]:
+    """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``."""
+    out = []
+    for number, record in enumerate(records):
+        where = f"record {number}"
+
+        def bad(why: str, where: str = where) -> None:
+            fail(where, why, on_error, skipped, "records", where)
+
+        parsed = parse_record(record, os.getcwd(), bad, text_key, label_key)
+        if parsed is not None:
+            parsed["where"] = where
+            out.append(parsed)
+    return out
+
+
+def scan_class_folders(
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str
+) -> list[dict[str, Any]]:
+    """Records of a folder of class sub-folders: ``{"path", "offset", "duration", "where",
+    "label"}`` (label: the sub-folder's name), durations from the headers."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root!r} is not a folder of class sub-folders.")
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    records = []
+    for name in classes:
+        for folder, dirs, files in os.walk(os.path.join(root, name)):
+            dirs.sort()
+            for file in sorted(files):
+                if not file.lower().endswith(tuple(f".{e}" for e in extensions)):
+                    continue
+                path = os.path.join(folder, file)
+                try:
+                    info = audio_info(path)
+                except AudioDecodeError as error:
+                    fail(
+                        path,
+                        f"cannot read its header: {error.reason}",
+                        on_error,
+                        skipped,
+                        path,
+                        None,
+                    )
+                    continue
+                if info.frames == 0:
+                    fail(path, "an empty clip (0 frames)", on_error, skipped, path, None)
+                    continue
+                records.append(
+                    {"path": path, "offset": 0.0, "duration": info.duration, "where": path,
+                     "label": name, "frames": info.frames, "rate": info.sample_rate}
+                )  # fmt: skip
+    if not records:
+        raise ValueError(
+            f"{root!r} holds no audio files ({', '.join(extensions)}) in class sub-folders."
+        )
+    return records

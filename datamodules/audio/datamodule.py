@@ -1,0 +1,440 @@
+"""AudioDataModule: speech and sound clips, decoded in the workers, batched by count or by
+seconds of audio, features computed on the Trainer's device.
+
+Composed of parts that hold their own state: the clip index (:mod:`datamodules.audio.clips`:
+manifests and class folders, :mod:`datamodules.audio.shard_clips`: tars and Parquet / Arrow
+tables through the shard layer, :mod:`datamodules.audio.inputs`: one split's inputs;
+durations without decoding), the decoder
+(:mod:`datamodules.audio.decoding`: soundfile + soxr), the batch view
+(:mod:`datamodules.audio.batches`), the length-bucketed sampler of
+:mod:`datamodules.core.buckets` (``max_duration`` is its budget in samples, padding counted;
+DDP-even and elastically resumable) and the feature extractor
+(:mod:`datamodules.audio.features`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from datamodules.audio.batches import AudioBatchView
+from datamodules.audio.clips import ClipIndex, is_manifest
+from datamodules.audio.decoding import DECODERS, AudioDecoder
+from datamodules.audio.features import FEATURES, AudioFeatures
+from datamodules.audio.inputs import read_inputs
+from datamodules.audio.shard_clips import is_table, is_tar
+from datamodules.core.base import BaseDataModule
+from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_on_error,
+    check_string,
+)
+from datamodules.core.hardware import AUTO
+from datamodules.core.keywords import shared_arguments
+from datamodules.core.overlong import OVERLONG, OverlongReport
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.skipped import SkipChannel, Skipped
+from datamodules.core.summary import counted
+from datamodules.core.views import SplitView
+from datamodules.shards.formats import detect_format
+from datamodules.shards.jsonl import numbered_jsonl
+from datamodules.shards.lines import ShardLines
+from datamodules.shards.records import read_records
+from datamodules.tokenizing.loading import load_tokenizer
+
+__all__ = ["AudioDataModule"]
+
+Inputs = str | os.PathLike | list | tuple | None
+
+
+def _check_inputs(value: Any, name: str, allow_none: bool) -> Any:
+    if value is None and allow_none:
+        return value
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if items and all(isinstance(v, (str, os.PathLike)) for v in items):
+        return value
+    accepted = (
+        "a manifest (.json / .jsonl), a Parquet / Arrow table, a tar shard or a class folder, "
+        "or a list of them"
+    )
+    raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
+
+
+class AudioDataModule(BaseDataModule):
+    """Speech and sound: ``AudioDataModule("train.jsonl", val="dev.jsonl", max_duration=60)``.
+
+    Inputs are NeMo-style JSONL manifests (one record a line: ``audio_filepath``, relative to
+    the manifest's folder or absolute, ``duration`` and ``offset`` in seconds, ``text``), Hugging
+    Face audio tables (Parquet or Arrow files with an ``audio`` column of ``{bytes, path}``, as
+    ``datasets``' ``Audio`` feature stores it), webdataset tar shards (an audio member, ``txt``
+    or ``json``) -- the encoded clips of tables and tars are held in memory -- or a folder of
+    class sub-folders (each file's label is its sub-folder, as Hugging Face's AudioFolder
+    gives it). ``val`` / ``test`` replace the random ``val_split`` / ``test_split``.
+
+    Clips are decoded in the loader's workers by soundfile, resampled to ``sample_rate`` by soxr
+    and averaged to mono; a manifest segment (``offset`` / ``duration``) reads only its frames.
+    Durations come from the manifest or the file headers: batching never decodes to measure.
+
+    A batch is a dict: ``input_values`` float32 (B, T), ``attention_mask``, ``lengths``
+    (samples), then ``label`` (int64: folders, or ``label_key``), and ``labels`` (token ids,
+    -100 padded, with a ``tokenizer``) or ``text`` (strings) for transcripts. With
+    ``features="log_mel"`` or ``"whisper"`` the waveforms cross to the device as they are and
+    become ``input_features`` there (:meth:`on_after_batch_transfer`).
+
+    Override :meth:`load_manifest` to list the clips some other way.
+
+    Args:
+        train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
+            folder, or a list of them.
+        val: Validation clips (same forms), replacing ``val_split``.
+        test: Test clips, replacing ``test_split``.
+        sample_rate: Samples per second of every clip after resampling.
+        audio_key: Audio file extensions of class folders and tar members, ``;``-separated.
+        text_key: The manifest field of the transcript (None: ``"text"`` for manifests whose
+            first record has one); ``""`` leaves transcripts out.
+        label_key: The manifest field of a class label (names or ints); folders' labels are
+            their sub-folder names.
+        tokenizer: Encodes transcripts into ``labels`` (a ``tokenizers.Tokenizer``, a
+            ``transformers`` tokenizer, or the path of a saved one); None gives ``text``
+            strings. Not saved in checkpoints: give it again to ``load_from_checkpoint``.
+        features: ``"waveform"``, ``"log_mel"`` or ``"whisper"`` (see
+            :mod:`datamodules.audio.features`).
+        n_mels: Mel bands of the features (Whisper: 80, or 128 for large-v3).
+        max_duration: Seconds of audio per batch, padding counted (dynamic batches, length
+            bucketed); None batches ``batch_size`` clips.
+        max_seconds: The longest clip; longer ones follow ``overlong``.
+        overlong: ``"drop"``, ``"truncate"`` (a random crop of ``max_seconds`` in training, the
+            centre in evaluation) or ``"error"``; counted in :meth:`summary` and warned once.
+        mono: Average the channels; False keeps them (``input_values`` (B, C, T)).
+        decoder: ``"soundfile"`` or ``"torchcodec"`` (frames by TorchCodec, soxr resampling).
+        on_error: ``"raise"`` or ``"skip"`` bad records and undecodable clips, named with
+            their file and line and counted in :attr:`skipped`.
+        bucket: Group train clips of similar length when batching by ``batch_size``.
+    """
+
+    work = "decode"
+    hparams_ignore = (*BaseDataModule.hparams_ignore, "tokenizer")
+
+    def __init__(
+        self,
+        train: Inputs = None,
+        val: Inputs = None,
+        test: Inputs = None,
+        *,
+        sample_rate: int = 16000,
+        audio_key: str = "flac;wav;mp3;ogg;opus",
+        text_key: str | None = None,
+        label_key: str | None = None,
+        tokenizer: Any = None,
+        features: str = "waveform",
+        n_mels: int = 80,
+        max_duration: float | None = None,
+        max_seconds: float | None = None,
+        overlong: str = "drop",
+        mono: bool = True,
+        decoder: str = "soundfile",
+        on_error: str = "raise",
+        bucket: bool = True,
+        batch_size: int = 32,
+        val_split: int | float = 0.1,
+        test_split: int | float = 0.0,
+        split_seed: int = 42,
+        splits: Mapping[str, Any] | None = None,
+        stratify: bool = False,
+        num_workers: int | str = AUTO,
+        pin_memory: bool | str = AUTO,
+        persistent_workers: bool | str = AUTO,
+        prefetch_factor: int | str | None = AUTO,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        shuffle_seed: int | None = None,
+        train_transforms: Callable[[Any], Any] | None = None,
+        eval_transforms: Callable[[Any], Any] | None = None,
+        reuse_batch_memory: bool = True,
+    ) -> None:
+        super().__init__(**shared_arguments(locals()))
+        self.train, self.val, self.test = (
+            _check_inputs(train, "train", allow_none=type(self).load_manifest
+                          is not AudioDataModule.load_manifest),
+            _check_inputs(val, "val", True),
+            _check_inputs(test, "test", True),
+        )  # fmt: skip
+        check_int(sample_rate, "sample_rate", 1)
+        check_string(audio_key, "audio_key", "extensions separated by ';' (e.g. 'flac;wav')")
+        check_string(
+            text_key, "text_key", "a field name or None", allow_none=True, allow_empty=True
+        )
+        check_string(label_key, "label_key", "a field name or None", allow_none=True)
+        check_choice(features, "features", FEATURES)
+        check_int(n_mels, "n_mels", 1)
+        check_number(max_duration, "max_duration", above=0, allow_none=True, what="seconds")
+        check_number(max_seconds, "max_seconds", above=0, allow_none=True, what="seconds")
+        check_choice(overlong, "overlong", OVERLONG)
+        check_bool(mono, "mono")
+        check_choice(decoder, "decoder", DECODERS)
+        check_on_error(on_error)
+        check_bool(bucket, "bucket")
+        if features == "whisper" and sample_rate != 16000:
+            raise ValueError(
+                f"sample_rate={sample_rate} is not accepted with features='whisper': Whisper "
+                "features are defined at 16000 Hz."
+            )
+        if features != "waveform" and not mono:
+            raise ValueError(
+                f"mono=False is not accepted with features={features!r}: give mono=True."
+            )
+        if max_duration is not None and drop_last:
+            raise ValueError(
+                "drop_last=True is not accepted with max_duration: duration batches have no "
+                "fixed size to complete."
+            )
+        if decoder == "torchcodec":
+            try:
+                import torchcodec  # noqa: F401
+            except ImportError as error:
+                raise ImportError("decoder='torchcodec' needs `pip install torchcodec`.") from error
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.sample_rate, self.audio_key = sample_rate, audio_key
+        self.text_key, self.label_key = text_key, label_key
+        self.features, self.n_mels = features, n_mels
+        self.max_duration, self.max_seconds, self.overlong = max_duration, max_seconds, overlong
+        self.mono, self.decoder, self.on_error, self.bucket = mono, decoder, on_error, bucket
+        self.audio_decoder = AudioDecoder(sample_rate, mono, decoder)
+        self.extractor = (
+            None if features == "waveform" else AudioFeatures(features, sample_rate, n_mels)
+        )
+        self.overlong_report = OverlongReport(type(self).__name__, "clip", overlong)
+        self.overlong_count = 0
+        self._skipped = Skipped()
+        self.skip_channel: SkipChannel | None = None
+        self.index: ClipIndex | None = None
+
+    # ------------------------------------------------------------------ data
+    def load_manifest(self, split: str) -> Any:
+        """What a split's clips are: a manifest path, a class folder, a list of them, or a
+        list of records (dicts with NeMo's keys: ``audio_filepath``, ``duration``, ``offset``,
+        ``text``, and ``label_key``); None when the split is not given. Override to list the
+        clips some other way.
+
+        Args:
+            split: ``"train"``, ``"val"`` or ``"test"``.
+        """
+        return {"train": self.train, "val": self.val, "test": self.test}[split]
+
+    def _read(self, split: str, classes: list[str] | None) -> ClipIndex | None:
+        spec = self.load_manifest(split)
+        if spec is None:
+            return None
+        text_key = self.text_key
+        if text_key is None:
+            text_key = "text" if _first_record_has(spec, "text") else None
+        index = read_inputs(
+            spec,
+            sample_rate=self.sample_rate,
+            audio_key=[e.strip() for e in self.audio_key.split(";") if e.strip()],
+            text_key=text_key or None,
+            label_key=self.label_key,
+            on_error=self.on_error,
+            skipped=self._skipped,
+            classes=classes,
+        )
+        return self._limit(index)
+
+    def _limit(self, index: ClipIndex) -> ClipIndex:
+        """Applies ``max_seconds`` (drop, truncate or error) and checks ``max_duration``."""
+        if self.max_seconds is not None:
+            over = np.flatnonzero(index.durations > self.max_seconds)
+            if len(over) and self.overlong == "error":
+                first = int(over[0])
+                raise ValueError(
+                    f"{index.where[first]}: a clip of {index.durations[first]:.2f} s, more than "
+                    f"max_seconds={self.max_seconds} (overlong='error'; {len(over)} such clips); "
+                    "use overlong='drop' or 'truncate'."
+                )
+            self.overlong_count += len(over)
+            if len(over) and self.overlong == "drop":
+                keep = np.setdiff1d(np.arange(len(index)), over)
+                if not len(keep):
+                    raise ValueError(f"every clip is longer than max_seconds={self.max_seconds}.")
+                index = index.subset(keep)
+            elif len(over):
+                index.lengths[over] = round(self.max_seconds * self.sample_rate)
+        if self.max_duration is not None:
+            budget = self._budget()
+            too_long = np.flatnonzero(index.lengths > budget)
+            if len(too_long):
+                first = int(too_long[0])
+                seconds = index.lengths[first] / self.sample_rate
+                raise ValueError(
+                    f"{index.where[first]}: a clip of {seconds:.2f} s does not fit "
+                    f"max_duration={self.max_duration} ({len(too_long)} such clips): raise "
+                    f"max_duration, or set max_seconds<={self.max_duration}."
+                )
+        return index
+
+    def _budget(self) -> int:
+        assert self.max_duration is not None
+        return int(self.max_duration * self.sample_rate)
+
+    def build_dataset(self) -> ClipIndex:
+        self._skipped, self.overlong_count = Skipped(), 0
+        if self.on_error == "skip":
+            self.skip_channel = SkipChannel()
+        index = self._read("train", None)
+        if index is None:
+            raise ValueError("load_manifest('train') returned None: there is nothing to train on.")
+        self.index = index
+        return index
+
+    def split_sources(self) -> dict[str, ClipIndex]:
+        assert self.index is not None
+        sources = {}
+        for split in ("val", "test"):
+            index = self._read(split, self.index.classes)
+            if index is not None:
+                sources[split] = index
+        limits = f"max_seconds={self.max_seconds}"
+        self.overlong_report.announce(self.overlong_count, limits)
+        return sources
+
+    def labels(self) -> torch.Tensor:
+        assert self.index is not None
+        if self.index.labels is None:
+            raise ValueError("stratify=True needs class labels: folders, or label_key=.")
+        return torch.from_numpy(self.index.labels)
+
+    def num_samples(self, dataset: ClipIndex) -> int:
+        return len(dataset)
+
+    def make_view(self, split: str, dataset: ClipIndex, indices: torch.Tensor) -> SplitView:
+        return AudioBatchView(
+            dataset,
+            indices,
+            self.audio_decoder,
+            self.transform_for(split),
+            train=split == "train",
+            max_seconds=self.max_seconds if self.overlong == "truncate" else None,
+            tokenizer=self.tokenizer,
+            on_error=self.on_error,
+            skips=self.skip_channel,
+            seed=self.shuffle_seed,
+        )
+
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        assert isinstance(view, AudioBatchView)
+        train = split == "train"
+        lengths = torch.from_numpy(view.index.lengths)[view.indices]
+        by_seconds = self.max_duration is not None
+        return BucketBatchSampler(
+            lengths,
+            None if by_seconds else self.batch_size,
+            batch_by="tokens" if by_seconds else "samples",
+            max_tokens=self._budget() if by_seconds else None,
+            bucket=by_seconds or (self.bucket and train),
+            shuffle=self.shuffle and train,
+            drop_last=self.drop_last and train,
+            seed=self.shuffle_seed,
+            num_replicas=world,
+            rank=rank,
+        )
+
+    def make_loader(self, split: str) -> Any:
+        loader = super().make_loader(split)
+        if self.skip_channel is not None:
+            loader.on_epoch_end = self.report_skipped
+        return loader
+
+    def report_skipped(self) -> None:
+        """Warns about the clips the workers left out since the last report (each epoch's end)."""
+        if self.skip_channel is None:
+            return
+        new = self.skip_channel.receive(self._skipped)
+        if new:
+            shown = "; ".join(f"{where} ({why})" for where, why in new[:5])
+            more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+            warnings.warn(
+                f"{type(self).__name__} left out {len(new)} undecodable clip(s) this epoch "
+                f"(on_error='skip'): {shown}{more}. All of them: dm.skipped.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Computes ``input_features`` on the batch's device (``features`` other than
+        ``"waveform"``)."""
+        if self.extractor is not None and isinstance(batch, dict) and "input_values" in batch:
+            return self.extractor(batch)
+        return batch
+
+    # ------------------------------------------------------------------ views of the data
+    @property
+    def classes(self) -> list[str] | None:
+        """Class names in label order (folders, or named labels), else None."""
+        self._require_setup()
+        assert self.index is not None
+        return self.index.classes
+
+    @property
+    def num_classes(self) -> int | None:
+        """The number of classes, or None without named classes."""
+        classes = self.classes
+        return None if classes is None else len(classes)
+
+    @property
+    def skipped(self) -> Skipped:
+        """Records and clips left out under ``on_error="skip"`` (file, line, reason)."""
+        if self.skip_channel is not None:
+            self.skip_channel.receive(self._skipped)
+        return self._skipped
+
+    def extra_summary(self) -> list[str]:
+        lines = []
+        if self.index is not None:
+            seconds = float(self.index.durations.sum())
+            total = f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.1f} s"
+            lines.append(
+                f"audio: {counted(len(self.index), 'clip')} ({total}) at "
+                f"{self.sample_rate} Hz, features={self.features!r}"
+            )
+        if self.max_duration is not None:
+            lines.append(f"batches: at most {self.max_duration} s of audio each, padding counted")
+        if self.max_seconds is not None:
+            lines.append(
+                self.overlong_report.line(self.overlong_count, f"max_seconds={self.max_seconds}")
+            )
+        if self._skipped.total:
+            lines.append(self._skipped.summary())
+        return lines
+
+
+def _first_record_has(spec: Any, key: str) -> bool:
+    """Whether the first record of a manifest (or of records in memory) holds ``key``."""
+    items = spec if isinstance(spec, (list, tuple)) else [spec]
+    if not items:
+        return False
+    first = items[0]
+    if isinstance(first, dict):
+        return key in first
+    path = os.fspath(first)
+    if is_table(path) and os.path.isfile(path):
+        return any(key in row for row in read_records(path, stop=1))
+    if is_tar(path) and os.path.isfile(path):
+        return any(k in row for row in read_records(path, stop=1) for k in ("txt", "text"))
+    if not is_manifest(path) or not os.path.isfile(path):
+        return False
+    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    try:
+        for _, record in numbered_jsonl(lines, "skip", Skipped()):
+            return isinstance(record, dict) and key in record
+    finally:
+        lines.close()
+    return False

@@ -1,0 +1,142 @@
+"""The audio decoder: a file (or a segment of one) to float32 samples at the target rate.
+
+soundfile (libsndfile: WAV, FLAC, OGG/Vorbis, Opus, MP3) reads the frames, soxr resamples
+them, and channels are averaged to mono; a segment (``offset`` / ``duration`` seconds) seeks
+and reads only its own frames. ``decoder="torchcodec"`` reads the frames with TorchCodec
+instead (other containers, where FFmpeg is installed) and resamples with soxr the same way.
+:func:`audio_info` reads a file's header only (frames, rate, channels): durations never need a
+decode.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "DECODERS",
+    "AudioDecodeError",
+    "AudioDecoder",
+    "AudioInfo",
+    "audio_info",
+    "resampled_length",
+]
+
+#: What ``decoder=`` accepts.
+DECODERS = ("soundfile", "torchcodec")
+
+
+class AudioDecodeError(ValueError):
+    """A clip that cannot be read; ``where`` names it (file, and manifest line)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: cannot decode the audio: {reason}")
+        self.where, self.reason = where, reason
+
+
+class AudioInfo(NamedTuple):
+    """What a file's header says: frames, frames per second and channels."""
+
+    frames: int
+    sample_rate: int
+    channels: int
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio."""
+        return self.frames / self.sample_rate
+
+
+def audio_info(path: Any) -> AudioInfo:
+    """Reads ``path``'s header (no decode); ``path`` may also be a binary file object.
+
+    Raises:
+        AudioDecodeError: The file is missing or libsndfile cannot read its header.
+    """
+    import soundfile
+
+    try:
+        info = soundfile.info(path)
+    except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError
+        raise AudioDecodeError(str(path), _reason(error)) from error
+    return AudioInfo(int(info.frames), int(info.samplerate), int(info.channels))
+
+
+def resampled_length(frames: int, rate: int, target: int) -> int:
+    """Samples soxr gives for ``frames`` at ``rate`` resampled to ``target`` (rounded)."""
+    return frames if rate == target else round(frames * target / rate)
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+class AudioDecoder:
+    """Reads clips as float32 NumPy arrays at ``sample_rate``: ``(T,)`` mono, or ``(C, T)``.
+
+    Args:
+        sample_rate: The rate every clip is resampled to (soxr, high quality).
+        mono: Average the channels into one.
+        decoder: ``"soundfile"`` or ``"torchcodec"``.
+    """
+
+    def __init__(self, sample_rate: int = 16000, mono: bool = True, decoder: str = "soundfile"):
+        self.sample_rate, self.mono, self.decoder = sample_rate, mono, decoder
+
+    def _frames(self, path: Any, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
+        """The segment's frames ``(T, C)`` float32 and the file's rate."""
+        if self.decoder == "torchcodec":
+            from torchcodec.decoders import AudioDecoder as CodecDecoder
+
+            codec = CodecDecoder(path)
+            stop = None if duration is None else offset + duration
+            samples = codec.get_samples_played_in_range(offset, stop)
+            return samples.data.numpy().T.astype(np.float32, copy=False), samples.sample_rate
+        import soundfile
+
+        with soundfile.SoundFile(io.BytesIO(path) if isinstance(path, bytes) else path) as file:
+            rate = file.samplerate
+            # Always seek, as soundfile.read does: libsndfile's MP3 decoder gives (slightly)
+            # other samples after opening than after a seek to frame 0.
+            file.seek(min(round(offset * rate), file.frames))
+            count = -1 if duration is None else round(duration * rate)
+            return file.read(count, dtype="float32", always_2d=True), rate
+
+    def read(
+        self,
+        path: str,
+        offset: float = 0.0,
+        duration: float | None = None,
+        where: str | None = None,
+    ) -> np.ndarray:
+        """Decodes ``duration`` seconds of ``path`` from ``offset`` (None: to the end).
+
+        Args:
+            path: The audio file, or its encoded bytes.
+            offset: Seconds skipped at the start (only the segment's frames are read).
+            duration: Seconds read, or None for the rest of the file.
+            where: How errors name the clip (default: the path).
+
+        Raises:
+            AudioDecodeError: The file is missing or cannot be decoded, or holds no frames.
+        """
+        name = where or ("encoded bytes" if isinstance(path, bytes) else os.fspath(path))
+        source = path if isinstance(path, bytes) else os.fspath(path)
+        try:
+            frames, rate = self._frames(source, offset, duration)
+        except Exception as error:
+            raise AudioDecodeError(name, _reason(error)) from error
+        if not len(frames):
+            raise AudioDecodeError(name, "no audio frames (an empty clip)")
+        if self.mono:
+            frames = frames.mean(axis=1, dtype=np.float32, keepdims=True)
+        if rate != self.sample_rate:
+            import soxr
+
+            frames = soxr.resample(frames, rate, self.sample_rate)
+        out: Any = frames[:, 0] if self.mono else frames.T
+        return np.ascontiguousarray(out, dtype=np.float32)

@@ -1,0 +1,113 @@
+"""Features computed on the Trainer's device, a whole batch at once, after the transfer.
+
+The loader sends waveforms (``input_values``); :class:`AudioFeatures` turns them into
+``input_features`` in ``on_after_batch_transfer``, where the device makes it cheap:
+
+* ``"log_mel"``: a natural-log mel spectrogram ``(B, n_mels, frames)``, 25 ms Hann windows
+  every 10 ms, Slaney mel filters up to half the sample rate; ``feature_lengths`` gives each
+  clip's frames (``lengths // hop + 1``), frames past it are 0.
+* ``"whisper"``: what transformers' ``WhisperFeatureExtractor(feature_size=n_mels)`` gives
+  (16 kHz, each clip zero-padded or cut to 30 s, n_fft 400, hop 160, Slaney mel filters to
+  8 kHz, ``log10`` clamped to 8 below the clip's maximum, then ``(x + 4) / 4``): ``(B, n_mels,
+  3000)``.
+
+The mel filters are computed here (as ``transformers.audio_utils.mel_filter_bank`` computes
+them with ``norm="slaney", mel_scale="slaney"``), so no transformers import is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["FEATURES", "AudioFeatures", "mel_filters"]
+
+#: What ``features=`` accepts.
+FEATURES = ("waveform", "log_mel", "whisper")
+
+_MIN_LOG_HERTZ, _MIN_LOG_MEL, _LOGSTEP = 1000.0, 15.0, 27.0 / np.log(6.4)
+WHISPER_RATE, WHISPER_SAMPLES, WHISPER_FFT, WHISPER_HOP = 16000, 480000, 400, 160
+
+
+def _hertz_to_mel(freq: np.ndarray) -> np.ndarray:
+    mels = 3.0 * freq / 200.0
+    log = freq >= _MIN_LOG_HERTZ
+    mels[log] = _MIN_LOG_MEL + np.log(freq[log] / _MIN_LOG_HERTZ) * _LOGSTEP
+    return mels
+
+
+def _mel_to_hertz(mels: np.ndarray) -> np.ndarray:
+    freq = 200.0 * mels / 3.0
+    log = mels >= _MIN_LOG_MEL
+    freq[log] = _MIN_LOG_HERTZ * np.exp((mels[log] - _MIN_LOG_MEL) / _LOGSTEP)
+    return freq
+
+
+def mel_filters(n_fft: int, n_mels: int, sample_rate: int, max_frequency: float) -> np.ndarray:
+    """Slaney-normalised triangular mel filters on the Slaney mel scale, ``(n_fft // 2 + 1,
+    n_mels)`` float64, from 0 Hz to ``max_frequency``."""
+    mel_edges = _hertz_to_mel(np.array([0.0, float(max_frequency)]))
+    filter_freqs = _mel_to_hertz(np.linspace(mel_edges[0], mel_edges[1], n_mels + 2))
+    fft_freqs = np.linspace(0, sample_rate // 2, n_fft // 2 + 1)
+    diff = np.diff(filter_freqs)
+    slopes = filter_freqs[None, :] - fft_freqs[:, None]
+    down = -slopes[:, :-2] / diff[:-1]
+    up = slopes[:, 2:] / diff[1:]
+    filters = np.maximum(0.0, np.minimum(down, up))
+    return filters * (2.0 / (filter_freqs[2 : n_mels + 2] - filter_freqs[:n_mels]))[None, :]
+
+
+class AudioFeatures:
+    """Turns a batch's waveforms into ``input_features`` on whatever device they are.
+
+    Args:
+        kind: ``"log_mel"`` or ``"whisper"``.
+        sample_rate: The waveforms' rate (16000 for ``"whisper"``).
+        n_mels: Mel bands (80 or 128 for Whisper models).
+    """
+
+    def __init__(self, kind: str, sample_rate: int, n_mels: int) -> None:
+        self.kind, self.sample_rate, self.n_mels = kind, sample_rate, n_mels
+        if kind == "whisper":
+            self.n_fft, self.hop, top = WHISPER_FFT, WHISPER_HOP, 8000.0
+        else:
+            self.n_fft, self.hop = round(0.025 * sample_rate), round(0.010 * sample_rate)
+            top = sample_rate / 2
+        self._filters = torch.from_numpy(mel_filters(self.n_fft, n_mels, sample_rate, top)).float()
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._on:
+            window = torch.hann_window(self.n_fft, device=device)
+            self._on[device] = (window, self._filters.to(device))
+        return self._on[device]
+
+    def _power_mel(self, waves: torch.Tensor, whisper: bool) -> torch.Tensor:
+        window, filters = self._constants(waves.device)
+        stft = torch.stft(waves, self.n_fft, self.hop, window=window, return_complex=True)
+        if whisper:  # Whisper leaves out the last frame
+            stft = stft[..., :-1]
+        power = (stft.abs() ** 2).contiguous()
+        return filters.T @ power
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,
+        ``feature_lengths``); the rest of the batch stays."""
+        waves = batch.pop("input_values").float()
+        if self.kind == "whisper":
+            if waves.shape[-1] >= WHISPER_SAMPLES:
+                waves = waves[..., :WHISPER_SAMPLES]
+            else:
+                waves = torch.nn.functional.pad(waves, (0, WHISPER_SAMPLES - waves.shape[-1]))
+            log_spec = self._power_mel(waves, True).clamp(min=1e-10).log10()
+            peak = log_spec.amax(dim=(-2, -1), keepdim=True)
+            batch["input_features"] = (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0
+            return batch
+        frames = self._power_mel(waves, False).clamp(min=1e-10).log()
+        lengths = torch.div(batch["lengths"], self.hop, rounding_mode="floor") + 1
+        keep = torch.arange(frames.shape[-1], device=frames.device)[None, :] < lengths[:, None]
+        batch["input_features"] = frames * keep[:, None, :].to(frames.dtype)
+        batch["feature_lengths"] = lengths
+        return batch

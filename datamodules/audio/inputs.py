@@ -1,0 +1,136 @@
+"""One split's inputs, whatever their form, into a :class:`~datamodules.audio.clips.ClipIndex`.
+
+A split is a manifest, a Parquet / Arrow table, a tar shard, a class folder, a list of them, or
+records in memory; labels given as names become class indices (the train split's classes
+for validation and test).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from datamodules.audio.clips import (
+    ClipIndex,
+    is_manifest,
+    read_manifest,
+    records_in_memory,
+    scan_class_folders,
+)
+from datamodules.audio.decoding import resampled_length
+from datamodules.audio.shard_clips import is_table, is_tar, read_table, read_tar
+from datamodules.core.skipped import Skipped
+
+__all__ = ["read_inputs"]
+
+
+def _records_of(
+    spec: Any,
+    *,
+    audio_key: Sequence[str],
+    audio_column: str,
+    text_key,
+    label_key,
+    on_error,
+    skipped,
+):
+    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    if specs and all(isinstance(item, dict) for item in specs):
+        return records_in_memory(
+            specs, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
+        )
+    records: list[dict[str, Any]] = []
+    for item in specs:
+        path = os.fspath(item)
+        if os.path.isdir(path):
+            records += scan_class_folders(path, audio_key, skipped, on_error)
+        elif is_tar(path):
+            records += read_tar(
+                path, extensions=audio_key, text_key=text_key, label_key=label_key,
+                on_error=on_error, skipped=skipped,
+            )  # fmt: skip
+        elif is_table(path):
+            records += read_table(
+                path, audio_column=audio_column, text_key=text_key, label_key=label_key,
+                on_error=on_error, skipped=skipped,
+            )  # fmt: skip
+        elif is_manifest(path):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"manifest {path!r} does not exist.")
+            records += read_manifest(
+                path, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
+            )
+        else:
+            raise ValueError(
+                f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
+                "table of audio, a tar shard, nor a folder of class sub-folders."
+            )
+    return records
+
+
+def read_inputs(
+    spec: Any,
+    *,
+    sample_rate: int,
+    audio_key: Sequence[str],
+    audio_column: str = "audio",
+    text_key: str | None,
+    label_key: str | None,
+    on_error: str,
+    skipped: Skipped,
+    classes: list[str] | None = None,
+) -> ClipIndex:
+    """A :class:`ClipIndex` of one split's inputs (a manifest, a folder, or a list of them).
+
+    Args:
+        spec: A path (manifest or class folder), a list of paths, or a list of records
+            (dicts with NeMo's keys).
+        sample_rate: The target rate (for the lengths in samples).
+        audio_key: Audio file extensions of class folders and tar members.
+        audio_column: The audio column of Parquet and Arrow tables.
+        text_key: The manifest field of the transcript, or None.
+        label_key: The manifest field of the class label, or None (folders: their names).
+        on_error: ``"raise"`` or ``"skip"`` (counted in ``skipped``).
+        skipped: Where skipped records are counted.
+        classes: The train split's class names (validation and test use its labels).
+    """
+    records = _records_of(
+        spec, audio_key=audio_key, audio_column=audio_column, text_key=text_key,
+        label_key=label_key, on_error=on_error, skipped=skipped,
+    )  # fmt: skip
+    if not records:
+        raise ValueError(f"{spec!r}: no usable clips (see dm.skipped).")
+    labels = None
+    if "label" in records[0]:
+        values = [r["label"] for r in records]
+        if all(isinstance(v, int) for v in values) and classes is None:
+            labels = np.asarray(values, dtype=np.int64)
+        else:
+            names = [str(v) for v in values]
+            if classes is None:
+                classes = sorted(set(names))
+            position = {name: i for i, name in enumerate(classes)}
+            unknown = sorted(set(names) - set(position))
+            if unknown:
+                raise ValueError(f"{spec!r} has classes {unknown} that the train split lacks.")
+            labels = np.asarray([position[n] for n in names], dtype=np.int64)
+    index = ClipIndex(
+        [r["path"] for r in records],
+        np.asarray([r["offset"] for r in records], dtype=np.float64),
+        np.asarray([r["duration"] for r in records], dtype=np.float64),
+        [r["where"] for r in records],
+        [r["text"] for r in records] if "text" in records[0] else None,
+        labels,
+        classes if labels is not None and classes is not None else None,
+        sample_rate,
+        [r.get("blob") for r in records] if any("blob" in r for r in records) else None,
+    )
+    exact = [
+        resampled_length(r["frames"], r["rate"], sample_rate) if "frames" in r else -1
+        for r in records
+    ]
+    index.lengths = np.where(np.asarray(exact) >= 0, np.asarray(exact), index.lengths)
+    return index

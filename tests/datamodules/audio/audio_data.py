@@ -1,0 +1,71 @@
+"""Tiny audio written in fixtures: numbered clips whose length says their id, class folders.
+
+Clip ``i`` of :func:`write_numbered` is ``BASE + STEP * i`` samples at 16 kHz (a sine whose
+frequency grows with ``i``), so a batch's ``lengths`` name its clips (:func:`batch_ids`). Half
+are WAV, half FLAC; a NeMo manifest lists them with their durations and a transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile
+
+from datamodules import AudioDataModule
+
+RATE, BASE, STEP = 16000, 1600, 16  # clip i: 0.1 s + 1 ms x i
+N = 30
+
+
+def tone(samples: int, frequency: float, rate: int = RATE, channels: int = 1) -> np.ndarray:
+    """A sine of ``frequency`` Hz, ``(samples,)`` or ``(samples, channels)`` float32."""
+    t = np.arange(samples) / rate
+    wave = 0.3 * np.sin(2 * np.pi * frequency * t)
+    if channels == 1:
+        return wave.astype(np.float32)
+    return np.stack([wave * (c + 1) / channels for c in range(channels)], 1).astype(np.float32)
+
+
+def write_numbered(root: Path, n: int = N) -> Path:
+    """Writes ``n`` numbered clips and ``root/manifest.jsonl``; returns the manifest."""
+    (root / "audio").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(n):
+        samples = BASE + STEP * i
+        name = f"audio/clip{i:03d}.{'wav' if i % 2 else 'flac'}"
+        soundfile.write(root / name, tone(samples, 200 + 10 * i), RATE)
+        record = {"audio_filepath": name, "duration": samples / RATE, "text": f"clip {i}"}
+        lines.append(json.dumps(record) + "\n")
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("".join(lines))
+    return manifest
+
+
+def batch_ids(batch: dict[str, Any]) -> list[int]:
+    """The ids of a batch's clips, from their lengths."""
+    return [(int(n) - BASE) // STEP for n in batch["lengths"]]
+
+
+def write_classes(
+    root: Path, per_class: int = 4, classes: tuple[str, ...] = ("dog", "cat")
+) -> Path:
+    """A folder of class sub-folders of short tones (different rates and channel counts)."""
+    for c, name in enumerate(classes):
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(per_class):
+            rate = (8000, 16000, 22050, 44100)[i % 4]
+            wave = tone(rate // 10 + 7 * i, 300 + 100 * c, rate, channels=1 + i % 2)
+            soundfile.write(root / name / f"{name}{i}.{'wav' if i % 2 else 'flac'}", wave, rate)
+    return root
+
+
+def ddp_datamodule(root: str) -> tuple[AudioDataModule, Any]:
+    """The contract's DDP factory: duration batches (0.5 s of audio each, padding counted)."""
+    dm = AudioDataModule(
+        os.path.join(root, "manifest.jsonl"), max_duration=0.5, val_split=0.2, num_workers=0
+    )
+    return dm, batch_ids

@@ -1,0 +1,56 @@
+"""Decoding: samples equal soundfile's reading then soxr's resampling; segments; headers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import soxr
+
+from datamodules.audio.decoding import AudioDecodeError, AudioDecoder, audio_info
+from tests.datamodules.audio.audio_data import tone
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "fmt"),
+    [(16000, 1, "wav"), (44100, 2, "flac"), (8000, 1, "ogg"), (22050, 2, "mp3")],
+)
+def test_decoded_samples_equal_soundfile_then_soxr(
+    tmp_path: Path, rate: int, channels: int, fmt: str
+) -> None:
+    path = tmp_path / f"clip.{fmt}"
+    soundfile.write(path, tone(rate // 4 + 3, 440, rate, channels), rate)
+    decoded = AudioDecoder(16000).read(str(path))
+    frames, file_rate = soundfile.read(path, dtype="float32", always_2d=True)
+    mono = frames.mean(axis=1, dtype=np.float32, keepdims=True)
+    expected = mono[:, 0] if file_rate == 16000 else soxr.resample(mono, file_rate, 16000)[:, 0]
+    assert decoded.dtype == np.float32 and decoded.ndim == 1
+    np.testing.assert_array_equal(decoded, expected)
+    stereo = AudioDecoder(16000, mono=False).read(str(path))
+    assert stereo.shape[0] == channels and stereo.shape[1] == len(expected)
+
+
+def test_a_segment_reads_only_its_frames(tmp_path: Path) -> None:
+    path = tmp_path / "long.flac"
+    wave = tone(48000, 300, 16000)
+    soundfile.write(path, wave, 16000)
+    segment = AudioDecoder(16000).read(str(path), offset=1.25, duration=0.5)
+    np.testing.assert_allclose(segment, wave[20000:28000], atol=1e-4)  # FLAC: 16-bit samples
+    assert len(segment) == 8000
+
+
+def test_headers_give_durations_and_bad_files_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "a.wav"
+    soundfile.write(path, tone(12345, 300, 22050, 2), 22050)
+    info = audio_info(str(path))
+    assert (info.frames, info.sample_rate, info.channels) == (12345, 22050, 2)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not audio at all")
+    with pytest.raises(AudioDecodeError, match=r"bad\.wav"):
+        audio_info(str(tmp_path / "bad.wav"))
+    with pytest.raises(AudioDecodeError, match=r"manifest\.jsonl: line 4: cannot decode"):
+        AudioDecoder().read(str(tmp_path / "bad.wav"), where="manifest.jsonl: line 4")
+    soundfile.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
+    with pytest.raises(AudioDecodeError, match="empty clip"):
+        AudioDecoder().read(str(tmp_path / "empty.wav"))

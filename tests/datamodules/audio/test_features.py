@@ -1,0 +1,47 @@
+"""Features on the device equal transformers' WhisperFeatureExtractor; log-mel frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.audio.batches import pad_waveforms
+from datamodules.audio.features import AudioFeatures
+
+
+def clips() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for seconds, frequency in ((0.7, 300.0), (2.3, 1234.0), (31.0, 440.0)):
+        t = np.arange(int(seconds * 16000)) / 16000
+        wave = 0.4 * np.sin(2 * np.pi * frequency * t) + 0.05 * rng.standard_normal(len(t))
+        out.append(wave.astype(np.float32))
+    return out
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_whisper_features_equal_transformers(n_mels: int) -> None:
+    from transformers import WhisperFeatureExtractor
+
+    waves = clips()
+    expected = WhisperFeatureExtractor(feature_size=n_mels)(
+        waves, sampling_rate=16000, return_tensors="np"
+    )["input_features"]
+    batch = AudioFeatures("whisper", 16000, n_mels)(pad_waveforms(waves))
+    got = batch["input_features"]
+    assert got.shape == expected.shape == (3, n_mels, 3000)
+    assert "input_values" not in batch
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-3, rtol=0)
+
+
+def test_log_mel_frames_follow_the_lengths() -> None:
+    waves = clips()[:2]
+    batch = AudioFeatures("log_mel", 16000, 40)(pad_waveforms(waves))
+    features, lengths = batch["input_features"], batch["feature_lengths"]
+    assert lengths.tolist() == [len(w) // 160 + 1 for w in waves]
+    assert features.shape == (2, 40, int(lengths.max()))
+    assert torch.all(features[0, :, int(lengths[0]) :] == 0)
+    alone = AudioFeatures("log_mel", 16000, 40)(pad_waveforms(waves[:1]))["input_features"]
+    inside = (len(waves[0]) - 200) // 160 + 1  # frames whose window ends within the clip
+    torch.testing.assert_close(features[0, :, :inside], alone[0, :, :inside], atol=1e-4, rtol=0)
