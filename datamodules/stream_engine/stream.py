@@ -395,6 +395,9 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             return
         records = self._records(read_from, span.n, span.t, rng)
         transform, collate = self.transform, self.collate
+        set_fill = getattr(collate, "set_fill", None)
+        if set_fill is not None:  # where a batch of only bad records finds its good one
+            set_fill(lambda: _samples(read_from(0), transform))
         for j in range(span.first + done, span.first + span.mine):
             size = plan.batch_size_at(self.rank, j)
             chunk = list(islice(records, size))
@@ -471,3 +474,9 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             if pos in slot:
                 buf[slot[pos]] = rec
         return shuffle_buffer(items, size, rng, buf)
+
+
+def _samples(items: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
+    """The samples of a worker's records ``(record, shard, position)`` in read order."""
+    for item in items:
+        yield item[0] if transform is None else transform(item[0])
