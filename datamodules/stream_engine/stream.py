@@ -64,6 +64,7 @@ from datamodules.shards.errors import RecordError
 from datamodules.shards.formats import TABLE_FORMATS
 from datamodules.shards.index import ShardIndex
 from datamodules.stream_engine.columnar import ColumnarReading
+from datamodules.stream_engine.columns import preload as preload_columns
 from datamodules.stream_engine.elastic import buffer_rng, runs
 from datamodules.stream_engine.failures import (
     COLLATE_HINT,
@@ -419,6 +420,17 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             except Exception as err:
                 raise self._collate_error(err, chunk, samples) from err
             yield batch
+
+    def prepare_workers(self) -> None:
+        """Imports, once in this process, what its DataLoader workers import on first use
+        (the columnar readers; a reader's or collate's ``preload``), so that workers forked
+        from it start with them instead of paying for them at every fresh start."""
+        if self.columnar:
+            preload_columns()
+        for part in (self.reader, self.collate):
+            preload = getattr(part, "preload", None)
+            if preload is not None:
+                preload()
 
     def _where(self, item: tuple[Any, int, int]) -> tuple[str, str, str | None]:
         """(shard, line or row, source name) of a record the stream carries."""

@@ -178,6 +178,12 @@ class ImageRecordCollate:
         fields = collate_records(rest, label_pad_value=LABEL_PAD_VALUE) if rest[0] else {}
         return {"image": images, **fields}
 
+    @staticmethod
+    def preload() -> None:
+        """Imports the image decoders, before the workers fork (see
+        :meth:`~datamodules.stream_engine.stream.ShardedStream.prepare_workers`)."""
+        preload()
+
     def set_fill(self, records: Callable[[], Iterator[Any]]) -> None:
         """Where a batch of only bad records finds its good record: ``records()`` gives the
         worker's records of this epoch in read order (the stream calls it as a worker starts
