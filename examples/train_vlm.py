@@ -386,8 +386,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         num_workers=args.workers,
         token_cache=cache / "tokens",
     )
-    dm.setup("fit")
-    print(dm.summary())
+    dm.setup("fit")  # (its summary is logged once, on rank 0, as training starts)
     model = TinyVLM(
         vocab=dm.vocab_size, image_token_id=dm.image_token_id, image_tokens=args.image_tokens,
         dim=args.dim, layers=args.layers, lr=args.lr,

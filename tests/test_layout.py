@@ -200,3 +200,87 @@ def test_data_kinds_read_files_only_through_the_shard_layer(path: Path) -> None:
     if module_name(path) in OWN_JSON:
         parsers -= {"json"}
     assert not parsers, f"{module_name(path)} parses files itself with {sorted(parsers)}"
+
+
+def module_graph(paths: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Which modules of the package each module imports, at any depth (inside functions and
+    ``TYPE_CHECKING`` blocks too), relative imports resolved; a name imported from a package
+    counts as its submodule when there is one."""
+    names = {
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in paths
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                for a in node.names:
+                    target = f"{base}.{a.name}" if f"{base}.{a.name}" in names else base
+                    if target in names:
+                        out.add(target)
+        graph[name] = out - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of more than one
+    module (Tarjan), each sorted. The package roots, which import everything lazily, are left
+    out."""
+    graph = {m: {t for t in ts if "." in t} for m, ts in graph.items() if "." in m}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_the_package_has_no_import_circle() -> None:
+    paths = [p for p in MODULES if p.relative_to(ROOT).parts[0] == "datamodules"]
+    assert circles(module_graph(paths)) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    # Two modules that import each other, one inside a function and one under TYPE_CHECKING,
+    # and a third that only imports one of them: one circle of two.
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
+    (pkg / "c.py").write_text("from pkg import a\n")
+    graph = module_graph(sorted(pkg.glob("*.py")), tmp_path)
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert circles(graph) == [["pkg.a", "pkg.b"]]

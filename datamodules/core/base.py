@@ -107,6 +107,8 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
     #: Constructor arguments that are data or callables, kept out of ``hparams`` (a string
     #: given for one of them is saved); see :mod:`datamodules.core.hparams`.
     hparams_ignore: ClassVar[tuple[str, ...]] = ("train_transforms", "eval_transforms", "splits")
+    #: Whether :meth:`tune_loader` can time this kind's loaders (index-sampled ones).
+    tunable: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -396,7 +398,14 @@ class BaseDataModule(SplitState, pl.LightningDataModule, metaclass=CheckedKeywor
 
         Returns:
             The choice and the measured table.
+
+        Raises:
+            NotImplementedError: ``tunable`` is False (streams: not index-sampled).
         """
+        if not self.tunable:
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
+            )
         self.tuned = tool("tune")(
             self,
             stage,

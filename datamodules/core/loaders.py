@@ -145,6 +145,9 @@ class ResumableDataLoader(DataLoader):
             dataset, collate = self.dataset, self.collate_fn
             batches: Iterator[Any] = (collate(dataset[index]) for index in sampler)
         else:
+            preload = getattr(self.dataset, "preload", None)
+            if preload is not None:  # what the workers import: here, once, before the fork
+                preload()
             batches = super().__iter__()
         stream = (b for group in batches for b in group) if self._grouped else batches
         try:

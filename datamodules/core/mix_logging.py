@@ -1,7 +1,8 @@
 """Each train epoch's mix, logged to every Trainer logger as ``mix/<name>``.
 
-:class:`MixLogging` is mixed into the stream DataModules; text and chat blends call
-:func:`log_epoch_mix` from their blends component. At the first train batch of each epoch (the
+:class:`MixLog` is a part the stream DataModules hold (``dm.mix_log``: its state, the epoch
+logged last, is its own); text and chat blends call :func:`log_epoch_mix` from their blends
+component. At the first train batch of each epoch (the
 DataModule's ``on_before_batch_transfer`` hook, which Lightning calls for every batch) it logs
 the epoch's quotas, ``dm.quotas(epoch)``, one metric per source, at the Trainer's global step:
 a run's logs then show how its mix moved over training, next to the loss.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MixLogging", "log_epoch_mix", "log_quotas"]
+__all__ = ["MixLog", "log_epoch_mix", "log_quotas"]
 
 
 def log_quotas(trainer: Any, quotas: dict[str, int]) -> None:
@@ -35,14 +36,18 @@ def log_epoch_mix(trainer: Any, logged: int | None, dm: Any) -> int | None:
     return logged
 
 
-class MixLogging:
-    """Logs the train mix at the start of every epoch (a DataModule mixin; the DataModule
-    provides ``mixture(split)`` and ``quotas(epoch)``)."""
+class MixLog:
+    """Logs a DataModule's train mix at the start of every epoch (a part it holds; the
+    DataModule provides ``mixture(split)`` and ``quotas(epoch)``).
 
-    _mix_logged: int | None
+    Attributes:
+        logged: The epoch logged last (None: none yet).
+    """
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Logs the epoch's quotas at its first train batch, then hands the batch on."""
-        trainer = self._trainer()  # type: ignore[attr-defined]
-        self._mix_logged = log_epoch_mix(trainer, self._mix_logged, self)
-        return super().on_before_batch_transfer(batch, dataloader_idx)  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.logged: int | None = None
+
+    def log(self, trainer: Any, dm: Any) -> None:
+        """Logs ``dm``'s quotas of the Trainer's epoch at its first train batch (called for
+        every batch, by the DataModule's ``on_before_batch_transfer``)."""
+        self.logged = log_epoch_mix(trainer, self.logged, dm)

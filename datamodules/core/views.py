@@ -43,6 +43,10 @@ class SplitView:
     def __len__(self) -> int:
         return len(self.indices)
 
+    def preload(self) -> None:
+        """Imports what fetching a batch imports on first use (image decoders, say), called
+        by the loader before it forks its workers so that each fresh one has it; none here."""
+
     def rows(self, batch: torch.Tensor) -> torch.Tensor:
         """Maps positions within the split to positions in the full dataset."""
         return batch if self._identity else self.indices.index_select(0, batch)

@@ -9,8 +9,11 @@ of batches (:class:`~datamodules.core.mixture.Mixture`: weights, schedules, ``re
 source's batches as a run of passes, none repeated before its pass is complete), and the
 tokens layer's :class:`~datamodules.tokens.mixture.MixedSampler` shuffles the epoch's batches,
 deals them to the ranks evenly and resumes them exactly and elastically. So every batch holds
-the records of one source, and a mix changed between a checkpoint and its resume is refused
-(the same mix resumes exactly).
+the records of one source. A mix changed between a checkpoint and its resume continues as a
+text or chat blend's does (:meth:`MixedConversationView.continue_mix`): the interrupted epoch
+ends as it was planned, the new weights, schedules and sources apply from the next epoch, each
+source going on with its run of passes; a source removed since that still owes batches to
+the interrupted epoch is refused, naming it (its records are no longer rendered).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from datamodules.core.mixture import MixEntry, Mixture
+from datamodules.core.context import log
+from datamodules.core.mixture import MixEntry, Mixture, resume_message
 from datamodules.core.views import SplitView
 from datamodules.image_text.conversation_views import (
     BudgetBatches,
@@ -28,9 +33,10 @@ from datamodules.image_text.conversation_views import (
     PackedConversationView,
     PaddedConversationView,
 )
+from datamodules.imaging.decoding import preload as preload_decoders
 from datamodules.tokens.mixture import EPOCH_SHIFT, UNIT_MASK, BlendUnits, mixed_units
 
-__all__ = ["ConversationBlend", "MixedConversationView", "refuse_changed_mix"]
+__all__ = ["ConversationBlend", "MixedConversationView"]
 
 
 class ConversationBlend:
@@ -118,10 +124,38 @@ class MixedConversationView(SplitView):
                     listing,
                 )  # fmt: skip
             )
-        self.units, self.names = units, list(blend.names)
+        self.units, self.names, self.owner = units, list(blend.names), type(dm).__name__
         self.mixture = Mixture(entries, None)
         super().__init__(torch.arange(self.mixture.total(0), dtype=torch.int64), None)
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def continue_mix(self, saved: dict[str, Any], interrupted: bool) -> Mixture:
+        """A checkpoint's train mix continued over these sources (the sampler's ``resume``):
+        this view then draws the batches of the mix continued, as the sampler deals them.
+
+        Raises:
+            ValueError: A source holds other records than in the checkpoint, or one removed
+                since still owes batches to the epoch the checkpoint interrupted.
+        """
+        base = self.mixture.base or self.mixture
+        owing = [
+            s["name"] for s in saved["sources"]
+            if interrupted and int(s["quota"]) and s["name"] not in base.names
+        ]  # fmt: skip
+        if owing:
+            raise ValueError(
+                f"cannot end epoch {int(saved['epoch'])} as it was planned: source(s) {owing}, "
+                "no longer in train_files, still owe it batches; keep them until that epoch "
+                "ends, or resume from a checkpoint taken at the end of an epoch."
+            )
+        resumed = base.resumed(saved, interrupted)  # raises if a source holds other records
+        for entry in resumed.entries[len(self.units) :]:  # removed, owing nothing: a place
+            self.units.append(BlendUnits(entry.name, np.zeros(0, np.int64), None, False, 0))
+        changes = base.changes(saved)
+        if changes and rank_zero_only.rank == 0:
+            log.info(resume_message(self.owner, changes, int(saved["epoch"]), interrupted))
+        self.mixture, self._epochs = resumed, {}
+        return resumed
 
     def epoch_batches(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(source, batch)`` of each of the epoch's batches, in the mix's order."""
@@ -138,6 +172,10 @@ class MixedConversationView(SplitView):
             }
         return self._epochs[epoch]
 
+    def preload(self) -> None:
+        """Imports the image decoders (before the loader forks its workers)."""
+        preload_decoders()
+
     def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
         if batch.numel() != 1:
             raise ValueError(f"a mixed conversation batch is one source's batch, got {batch}.")
@@ -151,12 +189,3 @@ class MixedConversationView(SplitView):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_epochs": {}}
-
-
-def refuse_changed_mix(saved: dict[str, Any], interrupted: bool) -> Mixture:
-    """What a conversation mix does with a checkpoint of another mix: refuses it."""
-    raise ValueError(
-        "cannot resume the conversation mix: the checkpoint's sources, weights or records "
-        "differ from this run's; resume with the same train_files Sources (a mix changed "
-        "between a checkpoint and its resume is not supported for conversations yet)."
-    )

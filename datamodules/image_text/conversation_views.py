@@ -36,6 +36,7 @@ from collates.pack_rows import IGNORE_INDEX, RowTable, gather_rows
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.imaging.batches import ImageBatchWriter
+from datamodules.imaging.decoding import preload as preload_decoders
 from datamodules.imaging.scaled import ImageDecoder
 from datamodules.imaging.transforms import as_height_width
 from datamodules.tokens.encoding import EncodedTexts, gather_padded
@@ -216,6 +217,10 @@ class PaddedConversationView(SplitView):
         """Tokens per record of this split, in split order."""
         return torch.from_numpy(self.docs.lengths[self.indices.numpy()])
 
+    def preload(self) -> None:
+        """Imports the image decoders (before the loader forks its workers)."""
+        preload_decoders()
+
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         rows = self.rows(batch)
         ids, mask, _ = gather_padded(self.docs.encoded, rows, self.pad_id, "right")
@@ -305,6 +310,10 @@ class PackedConversationView(SplitView):
         super().__init__(torch.arange(batches.num_batches, dtype=torch.int64), None)
         self.docs, self.batches, self.pad_id = docs, batches, pad_id
         self.pixels = _Pixels(transform, decode, image_size)
+
+    def preload(self) -> None:
+        """Imports the image decoders (before the loader forks its workers)."""
+        preload_decoders()
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, Any]:
         if batch.numel() != 1:

@@ -33,7 +33,6 @@ from datamodules.core.summary import counted
 from datamodules.image_text.conversation_mixtures import (
     ConversationBlend,
     MixedConversationView,
-    refuse_changed_mix,
 )
 from datamodules.image_text.conversation_records import (
     ConversationReader,
@@ -223,7 +222,7 @@ class ConversationParts:
                 seed=dm.shuffle_seed, num_replicas=world, rank=rank,
             )  # fmt: skip
             sampler.unit = "batch"
-            sampler.resume = refuse_changed_mix
+            sampler.resume = view.continue_mix  # a changed mix continues in the view too
             return sampler
         if isinstance(view, PackedConversationView):
             return PlannedBatchSampler(

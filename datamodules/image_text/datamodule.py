@@ -423,12 +423,6 @@ class ImageTextDataModule(BaseDataModule):
             return BaseDataModule.predict_dataloader(self)
         return self.stream_loaders.predict_loader(self, self.split_parts)
 
-    def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
-        """Not available for streams (the tuner times index-sampled loaders)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
-        )
-
     # ------------------------------------------------------------------ batches on the device
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Logs the epoch's mix (``mix/<name>``) at its first train batch."""

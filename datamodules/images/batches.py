@@ -20,6 +20,7 @@ from datamodules.core.views import SplitView
 from datamodules.images.index import ImageFolderIndex
 from datamodules.imaging.batches import ImageBatchWriter
 from datamodules.imaging.decoding import ImageDecodeError
+from datamodules.imaging.decoding import preload as preload_decoders
 from datamodules.imaging.scaled import ImageDecoder
 
 __all__ = ["ImageBatchView"]
@@ -67,6 +68,10 @@ class ImageBatchView(SplitView):
             if self.skips is not None:
                 self.skips.send(path, None, error.reason or str(error))
             return None
+
+    def preload(self) -> None:
+        """Imports the image decoders (before the loader forks its workers)."""
+        preload_decoders()
 
     def __getitem__(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self.rows(batch).tolist()

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from datamodules.remote.files import ResumableRemoteFile, check_response, remote_fs, skip_body
 from datamodules.remote.pool import READING, pool
 from datamodules.remote.retrying import CutShort, RemoteError, RemoteOptions, call_with_retries
+from datamodules.remote.streams import ResumableRemoteFile, check_response, remote_fs, skip_body
 from datamodules.remote.versions import check_remote
 
 __all__ = ["MAX_PART", "MIN_PART", "READ_AHEAD", "ReadAhead", "RemoteFile", "download", "part_size"]
@@ -282,7 +282,7 @@ class ReadAhead(io.RawIOBase):
     serves ranges, the parts after the first are a guess: a ``200`` to one of them is closed
     at once (and the part asked again if the server serves ranges after all). From a server
     that ignores ranges, the rest after the first part is read in this thread, over one
-    response (:class:`~datamodules.remote.files.ResumableRemoteFile`), as a pool thread
+    response (:class:`~datamodules.remote.streams.ResumableRemoteFile`), as a pool thread
     waiting on a slow reader would hold one of the process's connections.
 
     Args:

@@ -2,82 +2,17 @@
 parses and answers without importing torch or Lightning (the work is imported after parsing).
 
 * ``python -m datamodules shards SRC OUT``: an image folder to train and val shards
-  (:mod:`~datamodules.shards.folder_shards`).
+  (:mod:`~datamodules.shards.folder_shards`; its arguments: :mod:`~datamodules.shards.folder_args`).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from datamodules.core.checks import check_size
+from datamodules.shards.folder_args import PROG, parse_args
 
 __all__ = ["PROG", "parse_args", "shards_main"]
-
-PROG = "python -m datamodules shards"
-DESCRIPTION = "an image folder to train and val shards (WebDataset tar or Parquet)."
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The arguments of ``python -m datamodules shards``, checked (exits 2 on bad ones)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
-    cpus = os.cpu_count() or 1
-    parser.add_argument("src", type=Path, help="a folder of class sub-folders of images")
-    parser.add_argument("out", type=Path, help="the folder to write the shards into")
-    parser.add_argument(
-        "--fmt", choices=("tar", "parquet"), default="tar", help="shard format (default: tar)"
-    )
-    parser.add_argument(
-        "--max-bytes", default="256MB", metavar="SIZE", help="about SIZE per shard (default: 256MB)"
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=cpus,
-        metavar="N",
-        help=f"at most N processes (default: the CPU count, {cpus} here)",
-    )
-    parser.add_argument(
-        "--val-split",
-        type=float,
-        default=0.1,
-        metavar="F",
-        help="fraction (or count) of each class to val (default: 0.1)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=42, help="of the split and the train order (default: 42)"
-    )
-    parser.add_argument(
-        "--resize",
-        type=int,
-        default=None,
-        metavar="N",
-        help="re-encode images whose short side exceeds N pixels (default: keep every image)",
-    )
-    parser.add_argument(
-        "--quality",
-        type=int,
-        default=90,
-        metavar="Q",
-        help="JPEG quality of --resize (default: 90)",
-    )
-    args = parser.parse_args(list(argv))
-    try:
-        args.max_bytes = check_size(args.max_bytes, "--max-bytes")
-    except (TypeError, ValueError) as err:
-        parser.error(str(err))
-    if args.workers < 1:
-        parser.error(f"--workers {args.workers}: use 1 or more")
-    if args.resize is not None and args.resize < 1:
-        parser.error(f"--resize {args.resize}: use a side of 1 pixel or more")
-    if not 1 <= args.quality <= 100:
-        parser.error(f"--quality {args.quality}: use 1 to 100")
-    if args.val_split >= 1 and not float(args.val_split).is_integer():
-        parser.error(f"--val-split {args.val_split}: use a fraction in [0, 1) or a count")
-    return args
 
 
 def shards_main(argv: Sequence[str] | None = None) -> int:

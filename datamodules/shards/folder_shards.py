@@ -54,8 +54,8 @@ import torch
 
 from datamodules.core.splits import compute_split_indices
 from datamodules.imaging.decoding import IMG_EXTENSIONS, decode_image
-from datamodules.shards.cli import PROG, parse_args
 from datamodules.shards.dataset_index import write_dataset_index
+from datamodules.shards.folder_args import PROG, parse_args
 from datamodules.shards.index import index_shards
 from datamodules.shards.writer import write_shard
 

@@ -15,7 +15,7 @@ from datamodules.remote.files import is_remote, local_path, open_seekable_remote
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.errors import ShardError
 
-__all__ = ["parquet_batches", "parquet_file", "read_parquet", "read_parquet_batches"]
+__all__ = ["parquet_batches", "parquet_file", "preload", "read_parquet", "read_parquet_batches"]
 
 
 class parquet_file:
@@ -44,6 +44,12 @@ class parquet_file:
     def __exit__(self, *exc: Any) -> None:
         if self.handle is not None:
             self.handle.close()
+
+
+def preload() -> None:
+    """Imports what reading a Parquet shard uses (pyarrow's Parquet reader), for a process
+    that forks workers to do it before it forks."""
+    import pyarrow.parquet  # noqa: F401
 
 
 def read_parquet(

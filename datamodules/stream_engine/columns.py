@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Block", "Field", "INT_KINDS", "RowStore", "decode_column", "preload"]
+__all__ = ["Block", "Field", "INT_KINDS", "RowStore", "arrow_numbers", "decode_column", "preload"]
 
 NUMBERS, LISTS, VALUES, CONSTANT = "numbers", "lists", "values", "constant"
 INT_KINDS = "iu"
@@ -27,6 +27,21 @@ INT_KINDS = "iu"
 def _numpy_kind_ok(array: np.ndarray) -> bool:
     kind = array.dtype.kind
     return kind in "bf" or (kind in INT_KINDS and array.dtype != np.uint64)
+
+
+def arrow_numbers(array: Any) -> np.ndarray:
+    """A numeric Arrow array without nulls as NumPy, straight from its data buffer (no copy,
+    and without pyarrow's ``to_numpy``, which imports pandas on first use: a fresh worker's
+    0.3 s); booleans (packed bits) through ``to_numpy``."""
+    import pyarrow.types as pt
+
+    kind = array.type
+    if pt.is_boolean(kind):
+        return array.to_numpy(zero_copy_only=False)
+    code = "f" if pt.is_floating(kind) else "u" if pt.is_unsigned_integer(kind) else "i"
+    dtype = np.dtype(f"{code}{kind.bit_width // 8}")
+    data = array.buffers()[1]
+    return np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
 def decode_column(column: Any) -> tuple:
@@ -40,7 +55,7 @@ def decode_column(column: Any) -> tuple:
     kind = column.type
     if column.null_count == 0:
         if pt.is_integer(kind) or pt.is_floating(kind) or pt.is_boolean(kind):
-            array = column.to_numpy(zero_copy_only=False)
+            array = arrow_numbers(column)
             if _numpy_kind_ok(array):
                 return (NUMBERS, array)
         if pt.is_list(kind) or pt.is_large_list(kind):
@@ -48,9 +63,9 @@ def decode_column(column: Any) -> tuple:
             numeric = pt.is_integer(child) or pt.is_floating(child) or pt.is_boolean(child)
             values = column.flatten()
             if numeric and values.null_count == 0:
-                array = values.to_numpy(zero_copy_only=False)
+                array = arrow_numbers(values)
                 if _numpy_kind_ok(array):
-                    lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+                    lengths = arrow_numbers(column.value_lengths())
                     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
                     np.cumsum(lengths, out=offsets[1:])
                     return (LISTS, array, offsets)
@@ -59,14 +74,14 @@ def decode_column(column: Any) -> tuple:
 
 def preload() -> None:
     """Imports what reading and decoding the first block needs: pyarrow, its JSON reader
-    (:func:`~datamodules.shards.jsonl.preload`), and the pandas that pyarrow's ``to_numpy``
-    loads on first use (about 0.3 s of a worker's start on 2 cores)."""
-    import pyarrow as pa
+    (:func:`~datamodules.shards.jsonl.preload`) and its Parquet reader."""
+    import pyarrow.types  # noqa: F401
 
     from datamodules.shards.jsonl import preload as preload_jsonl
+    from datamodules.shards.parquet import preload as preload_parquet
 
     preload_jsonl()
-    decode_column(pa.array([[0]]))
+    preload_parquet()
 
 
 class Block:

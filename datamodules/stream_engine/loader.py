@@ -112,6 +112,8 @@ class StreamLoader(DataLoader):
             # (a resumed epoch's differs; with workers it counts messages: at most one a
             # batch, plus each worker's last, empty one)
             self._IterableDataset_len_called = len(stream) + self.num_workers
+        if self.num_workers:  # workers may start now: their imports here, once, before the fork
+            stream.prepare_workers()
         with quiet(self.quiet_while_starting):  # torch checks the worker count here
             started = super().__iter__()
         batches = iterate_with_pool(started, self.batch_pool, self.persistent_workers)

@@ -64,6 +64,7 @@ from datamodules.shards.errors import RecordError
 from datamodules.shards.formats import TABLE_FORMATS
 from datamodules.shards.index import ShardIndex
 from datamodules.stream_engine.columnar import ColumnarReading
+from datamodules.stream_engine.columns import preload as preload_columns
 from datamodules.stream_engine.elastic import buffer_rng, runs
 from datamodules.stream_engine.failures import (
     COLLATE_HINT,
@@ -395,6 +396,9 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             return
         records = self._records(read_from, span.n, span.t, rng)
         transform, collate = self.transform, self.collate
+        set_fill = getattr(collate, "set_fill", None)
+        if set_fill is not None:  # where a batch of only bad records finds its good one
+            set_fill(lambda: _samples(read_from(0), transform))
         for j in range(span.first + done, span.first + span.mine):
             size = plan.batch_size_at(self.rank, j)
             chunk = list(islice(records, size))
@@ -416,6 +420,17 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             except Exception as err:
                 raise self._collate_error(err, chunk, samples) from err
             yield batch
+
+    def prepare_workers(self) -> None:
+        """Imports, once in this process, what its DataLoader workers import on first use
+        (the columnar readers; a reader's or collate's ``preload``), so that workers forked
+        from it start with them instead of paying for them at every fresh start."""
+        if self.columnar:
+            preload_columns()
+        for part in (self.reader, self.collate):
+            preload = getattr(part, "preload", None)
+            if preload is not None:
+                preload()
 
     def _where(self, item: tuple[Any, int, int]) -> tuple[str, str, str | None]:
         """(shard, line or row, source name) of a record the stream carries."""
@@ -471,3 +486,9 @@ class ShardedStream(ColumnarReading, MixedStream, StreamPosition, IterableDatase
             if pos in slot:
                 buf[slot[pos]] = rec
         return shuffle_buffer(items, size, rng, buf)
+
+
+def _samples(items: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
+    """The samples of a worker's records ``(record, shard, position)`` in read order."""
+    for item in items:
+        yield item[0] if transform is None else transform(item[0])

@@ -15,7 +15,10 @@ unknown raises :class:`~datamodules.shards.errors.RecordError` naming the shard 
 record's key; under ``on_error="skip"`` it is left out of its batch (which is one image
 smaller: every rank still gets the same number of batches) and sent to the main process's
 ``dm.skipped`` (:class:`~datamodules.core.skipped.SkipChannel`). A batch whose records are all
-bad repeats the worker's last good record instead of being empty.
+bad holds one good record instead of being empty (every rank keeps its number of batches): the
+first good record of the worker's share of the epoch in read order, the same in a run resumed
+anywhere (the stream gives it through :meth:`ImageRecordCollate.set_fill`), reported in
+``dm.skipped`` as repeated; only a share without any good record raises.
 
 :class:`TaggedReader` adds where each record came from (``__url__``, and ``__index__`` for
 records without a ``__key__``) so that errors can name it.
@@ -134,6 +137,8 @@ class ImageRecordCollate:
         self.skips = skips
         self.fields = fields
         self._last_good: Any = None  # this worker's last good record, for an all-bad batch
+        self._fill: Callable[[], Iterator[Any]] | None = None  # the worker's records
+        self._filler: Any = None  # the first good one of them, once needed
 
     def __call__(self, records: list[Any]) -> Any:
         writer = ImageBatchWriter(len(records), self.transform)
@@ -153,18 +158,18 @@ class ImageRecordCollate:
             rest.append(extra)
             self._last_good = record
         if not labels:
-            if self._last_good is None:
+            good = self._good_record()
+            if good is None:
                 shard, where = record_name(records[-1])  # the last record, the last bad one
                 raise RecordError(
-                    shard, where, f"{reason}; every record of this batch is bad and no good one "
-                    "was read before it to fill the batch (on_error='skip')"
+                    shard, where, f"{reason}; every record of this batch is bad and so is every "
+                    "other record of this worker's share: none to fill it (on_error='skip')"
                 )  # fmt: skip
-            extra = self._rest(self._last_good)
-            image, own, label = self._decode(self._last_good)
+            record, extra, (image, own, label) = good
             writer.add(image, own)
             labels.append(label)
             rest.append(extra)
-            self._log(self._last_good, "repeated to fill a batch whose records were all bad")
+            self._log(record, "repeated to fill a batch whose records were all bad")
         images = writer.batch()
         if self.label_key is not None:
             return images, torch.tensor(labels, dtype=torch.int64)
@@ -172,6 +177,38 @@ class ImageRecordCollate:
             return {"image": images, **self.fields.batch(rest)}
         fields = collate_records(rest, label_pad_value=LABEL_PAD_VALUE) if rest[0] else {}
         return {"image": images, **fields}
+
+    @staticmethod
+    def preload() -> None:
+        """Imports the image decoders, before the workers fork (see
+        :meth:`~datamodules.stream_engine.stream.ShardedStream.prepare_workers`)."""
+        preload()
+
+    def set_fill(self, records: Callable[[], Iterator[Any]]) -> None:
+        """Where a batch of only bad records finds its good record: ``records()`` gives the
+        worker's records of this epoch in read order (the stream calls it as a worker starts
+        an epoch); the first good one fills every such batch."""
+        self._fill, self._filler = records, None
+
+    def _good_record(self) -> tuple[Any, Any, tuple[torch.Tensor, Any, int]] | None:
+        """``(record, rest, decoded)`` of the record that fills an all-bad batch: the first
+        good one of the worker's records (without a stream: the last good one read)."""
+        if self._fill is None:
+            if self._last_good is None:
+                return None
+            record = self._last_good
+            return record, self._rest(record), self._decode(record)
+        if self._filler is None:
+            for record in self._fill():  # (bad ones met here are reported where they fall)
+                try:
+                    self._filler = (record, self._rest(record), self._decode(record))
+                except BadRecord:
+                    continue
+                break
+            else:
+                return None
+        record, extra, _ = self._filler
+        return record, extra, self._decode(record)  # decoded again: a fresh random crop
 
     def set_epoch(self, epoch: int) -> None:
         """Tells the fields the epoch that starts (the stream calls it in each worker)."""

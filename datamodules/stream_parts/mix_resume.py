@@ -18,17 +18,26 @@ position holds the saved epoch's mix), the DataModule:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from datamodules.core.context import log
-from datamodules.core.mixture import Mixture, Source, resume_message
-from datamodules.shards.dataset_index import ShardTable
+from datamodules.core.mixture import Mixture, resume_message
 from datamodules.stream_engine.mixed import interrupted
 
-if TYPE_CHECKING:
-    from datamodules.stream_parts.splits import ShardSplits
+__all__ = ["MixResume", "MixedSplits"]
 
-__all__ = ["MixResume"]
+
+class MixedSplits(Protocol):
+    """What :class:`MixResume` needs of the splits that hold it
+    (:class:`~datamodules.stream_parts.splits.ShardSplits`, which imports this module)."""
+
+    owner: str
+    shards: dict[str, Any]
+    mixes: dict[str, list[Any]]
+    mixtures: dict[str, Mixture]
+
+    def add_hidden(self, owing: list[dict[str, Any]], epoch: int) -> None:
+        """Indexes sources removed since the checkpoint that still owe records to ``epoch``."""
 
 
 class MixResume:
@@ -47,14 +56,14 @@ class MixResume:
         self.resumed: Mixture | None = None
         self.rank = 0
 
-    def keep(self, splits: ShardSplits, stream_state: dict[str, Any], rank: int) -> None:
+    def keep(self, splits: MixedSplits, stream_state: dict[str, Any], rank: int) -> None:
         """Keeps the checkpoint's mix, applied now if the train split is indexed, else when
         it is."""
         self.pending, self.rank = (stream_state["mix"], interrupted(stream_state)), rank
         if "train" in splits.shards:
             self.apply(splits)
 
-    def apply(self, splits: ShardSplits) -> None:
+    def apply(self, splits: MixedSplits) -> None:
         """Continues the kept mix over the indexed train split (nothing kept: nothing done)."""
         if self.pending is None:
             return
@@ -63,37 +72,10 @@ class MixResume:
         names = {m.source.label for m in splits.mixes["train"]}
         owing = [s for s in saved["sources"] if cut and s["quota"] and s["name"] not in names]
         if owing:
-            _add_hidden(splits, owing, int(saved["epoch"]))
+            splits.add_hidden(owing, int(saved["epoch"]))
         base = splits.mixtures["train"]
         resumed = base.resumed(saved, cut)  # raises if a source holds other shards
         self.resumed = resumed
         changes = base.changes(saved)
         if changes and self.rank == 0:
             log.info(resume_message(splits.owner, changes, int(saved["epoch"]), cut))
-
-
-def _add_hidden(splits: ShardSplits, owing: list[dict[str, Any]], epoch: int) -> None:
-    """Indexes sources removed since the checkpoint that still owe records to the epoch it
-    interrupted."""
-    from datamodules.stream_parts.splits import SplitSource  # (it holds a MixResume)
-
-    for s in owing:
-        name, listing = s["name"], s.get("listing") or []
-        paths = [str(item[0]) for item in listing]
-        try:
-            found = splits.index_paths(paths, f"train_files (source {name!r})")
-        except (OSError, ValueError) as err:
-            raise ValueError(
-                f"cannot end epoch {epoch} as it was planned: source {name!r}, no longer in "
-                f"train_files, still owes it {s['quota']} record(s), but its shards cannot "
-                f"be read ({err}). Keep its files, or resume from a checkpoint taken at the "
-                "end of an epoch."
-            ) from err
-        shards = splits.shards["train"]
-        first = len(shards)
-        splits.shards["train"] = ShardTable.join([shards, ShardTable.of(found)])
-        records = sum(f.count for f in found)
-        own = tuple(range(first, first + len(found)))
-        source = Source(paths, name=name)
-        splits.mixes["train"].append(SplitSource(source, own, records, hidden=True))
-    splits._set_mixture("train")

@@ -275,6 +275,30 @@ class ShardSplits:
             self.mix_resume.apply(self)
         return shards
 
+    def add_hidden(self, owing: list[dict[str, Any]], epoch: int) -> None:
+        """Indexes sources removed since the checkpoint that still owe records to the epoch it
+        interrupted."""
+        for s in owing:
+            name, listing = s["name"], s.get("listing") or []
+            paths = [str(item[0]) for item in listing]
+            try:
+                found = self.index_paths(paths, f"train_files (source {name!r})")
+            except (OSError, ValueError) as err:
+                raise ValueError(
+                    f"cannot end epoch {epoch} as it was planned: source {name!r}, no longer in "
+                    f"train_files, still owes it {s['quota']} record(s), but its shards cannot "
+                    f"be read ({err}). Keep its files, or resume from a checkpoint taken at the "
+                    "end of an epoch."
+                ) from err
+            shards = self.shards["train"]
+            first = len(shards)
+            self.shards["train"] = ShardTable.join([shards, ShardTable.of(found)])
+            records = sum(f.count for f in found)
+            own = tuple(range(first, first + len(found)))
+            source = Source(paths, name=name)
+            self.mixes["train"].append(SplitSource(source, own, records, hidden=True))
+        self._set_mixture("train")
+
     def _check_columns(self, shards: list[ShardIndex], name: str) -> None:
         """Refuses ``columns=`` that a Parquet or Arrow shard of the split lacks, naming its
         columns."""

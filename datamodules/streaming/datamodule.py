@@ -17,14 +17,10 @@ Random splits do not apply to a stream: validation and test records come from ``
 ``test_files``. ``val_split`` and ``test_split`` are 0 (their defaults here); any other
 value, ``splits`` or ``stratify=True`` raise.
 
-Extension points:
-
-* Override :meth:`StreamingDataModule.read_shard` (``path -> iterator of records``) to read a
-  new format; records are then counted by one pass of it (override :meth:`count_records` for
-  a faster count) and a worker whose range starts inside a shard reads up to that point.
-* Pass ``dataset_factory(split, rank, world_size) -> IterableDataset | None`` for sources that
-  are not files. That dataset is responsible for sharding across ranks and workers (see
-  :meth:`StreamingDataModule.__init__`); the module only maps, batches and collates it.
+Extension points: :meth:`StreamingDataModule.read_shard` (a new format, counted by
+:meth:`count_records`) and ``dataset_factory`` (sources that are not files, sharded by the
+dataset). Its parts: ``stream_splits``, ``stream_loaders``, ``image_records``, ``mix_log``,
+``inspection``.
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ from datamodules.core.base import BaseDataModule
 from datamodules.core.checks import check_bool
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
-from datamodules.core.mix_logging import MixLogging
+from datamodules.core.mix_logging import MixLog
 from datamodules.core.mixture import Mixture, Source
 from datamodules.core.skipped import Skipped
 from datamodules.shards.records import read_records
@@ -72,7 +68,7 @@ __all__ = ["StreamingDataModule", "stream_collate"]
 Files = Sequence[Source] | Sequence[str | os.PathLike] | str | os.PathLike
 
 
-class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
+class StreamingDataModule(BaseDataModule):
     """Streams records from shards: ``StreamingDataModule("data/train-*.jsonl", "data/val.jsonl")``.
 
     Batches: by default :func:`stream_collate` of the (transformed) records: a dict of tensors
@@ -227,28 +223,21 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
         super().__init__(**shared_arguments(locals()))
         check_stream_split_arguments(self)
         files = {
-            "train": check_files(train_files, "train_files"),
-            "val": check_files(val_files, "val_files"),
-            "test": check_files(test_files, "test_files"),
+            s: check_files(f, f"{s}_files")
+            for s, f in (("train", train_files), ("val", val_files), ("test", test_files))
         }
         check_stream_arguments(
-            files,
-            transform=transform,
-            collate=collate,
-            dataset_factory=dataset_factory,
-            shuffle_buffer=shuffle_buffer,
-            on_error=on_error,
-            fmt=fmt,
-            columns=columns,
+            files, transform=transform, collate=collate, dataset_factory=dataset_factory,
+            shuffle_buffer=shuffle_buffer, on_error=on_error, fmt=fmt, columns=columns,
             index_cache=index_cache,
-        )
+        )  # fmt: skip
         check_mixing(files, epoch_size, source_key)
         check_bool(eval_per_source, "eval_per_source")
-        self.eval_per_source = eval_per_source
         keys, names = check_image_records(
             image_key, label_key, classes, image_size, normalize, mean, std, collate, decode
         )
         self.image_key, self.image_keys = image_key, keys
+        self.label_key = label_key if keys else None
         self.image_records = None
         if keys:
             self.image_records = ImageRecords(
@@ -257,24 +246,20 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
             self.train_transforms, self.eval_transforms = self.image_records.default_transforms(
                 self.train_transforms, self.eval_transforms
             )
-        self.label_key = label_key if keys else None
         # (a list from a config becomes a pair again; mean and std tuples of floats)
         self.image_size, self.mean, self.std = check_image_arguments(image_size, mean, std)
         self.normalize, self.decode = normalize, decode
         self.epoch_size, self.source_key = epoch_size, source_key
-        self._mix_logged: int | None = None
-        self.files = files
+        self.eval_per_source, self.files = eval_per_source, files
+        self.mix_log = MixLog()  # the train mix, logged once an epoch
+        self.inspection = StreamInspection(self)  # summary() and the inspect hooks
         self.work = "decode" if self.image_keys else stream_work(files)  # images: local or not
-        self.transform = transform
-        self.collate_fn = collate
+        self.transform, self.collate_fn = transform, collate
         if shuffle_buffer is None:
             shuffle_buffer = IMAGE_SHUFFLE_BUFFER if self.image_keys else RECORD_SHUFFLE_BUFFER
-        self.shuffle_buffer = shuffle_buffer
-        self.on_error = on_error
-        self.fmt = fmt
+        self.shuffle_buffer, self.on_error, self.fmt = shuffle_buffer, on_error, fmt
         self.columns = list(columns) if columns is not None else None
-        self.index_cache = index_cache
-        self.dataset_factory = dataset_factory
+        self.index_cache, self.dataset_factory = index_cache, dataset_factory
         self._skips = Skipped()
         #: The remote options, the splits (shards, sources, mixtures) and the loaders.
         self.remote, self.stream_splits, self.stream_loaders = stream_parts(
@@ -365,8 +350,8 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
         return self.stream_splits.mixture(split)
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
-        """The records each source gives in ``epoch``
-        (:meth:`~datamodules.stream_parts.splits.ShardSplits.quotas`)."""
+        """The records each source gives in ``epoch`` (:meth:`ShardSplits.quotas
+        <datamodules.stream_parts.splits.ShardSplits.quotas>`)."""
         return self.stream_splits.quotas(epoch, split)
 
     def source_names(self, split: str) -> list[str]:
@@ -391,8 +376,8 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the train position, also on another world size, worker count or batch
-        size, and a changed mix
-        (:meth:`~datamodules.stream_parts.loaders.StreamLoaders.load_state_dict`)."""
+        size, and a changed mix (:meth:`StreamLoaders.load_state_dict
+        <datamodules.stream_parts.loaders.StreamLoaders.load_state_dict>`)."""
         self.stream_loaders.load_state_dict(state_dict, self._rank_world()[0])
 
     # ------------------------------------------------------------------ loaders
@@ -410,9 +395,8 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
         """Builds the loader of a split: a :class:`StreamLoader` over :meth:`make_stream` with
         the resolved settings; or a plain DataLoader over ``dataset_factory``'s dataset (None
         when the factory has no such split). ``source``: one source of a split of Sources."""
-        return self.stream_loaders.make_loader(
-            self, split, self.split_parts, source, self._reader(), self.dataset_factory
-        )
+        loaders, parts, factory = self.stream_loaders, self.split_parts, self.dataset_factory
+        return loaders.make_loader(self, split, parts, source, self._reader(), factory)
 
     def train_dataloader(self) -> DataLoader:
         """The train loader: shuffled per epoch, disjoint and even across ranks, resumable."""
@@ -424,19 +408,19 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
     def _reader(self) -> Callable[[str], Iterator[Any]] | None:
         return self._detached().read_shard if self._custom_reader() else None
 
+    def _split_loader(self, split: str) -> Any:
+        loaders, parts, factory = self.stream_loaders, self.split_parts, self.dataset_factory
+        return loaders.split_loader(self, split, parts, self._reader(), factory)
+
     def val_dataloader(self) -> DataLoader | list:
         """The validation loader, or an empty list (no validation) without val records; with
         ``eval_per_source=True`` and Sources, one loader per source."""
-        loader = self.stream_loaders.split_loader(
-            self, "val", self.split_parts, self._reader(), self.dataset_factory
-        )
+        loader = self._split_loader("val")
         return [] if loader is None else loader
 
     def test_dataloader(self) -> DataLoader | list:
         """The test loader (with ``eval_per_source=True`` and Sources, one per source)."""
-        loader = self.stream_loaders.split_loader(
-            self, "test", self.split_parts, self._reader(), self.dataset_factory
-        )
+        loader = self._split_loader("test")
         if loader is None:
             raise ValueError(
                 f"{type(self).__name__} has no test records: pass test_files= (or have "
@@ -446,17 +430,10 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         """A loader over the test records, else the validation records."""
-        return self.stream_loaders.predict_loader(
-            self, self.split_parts, self._reader(), self.dataset_factory
-        )
+        loaders, parts, factory = self.stream_loaders, self.split_parts, self.dataset_factory
+        return loaders.predict_loader(self, parts, self._reader(), factory)
 
     tunable = False  # (the tuner times index-sampled loaders)
-
-    def tune_loader(self, *args: Any, **kwargs: Any) -> Any:
-        """Not available for streams (the tuner times index-sampled loaders)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot be tuned: set num_workers to an int or 'auto'."
-        )
 
     @property
     def classes(self) -> list[str]:
@@ -483,6 +460,29 @@ class StreamingDataModule(StreamInspection, MixLogging, BaseDataModule):
         """Image records: uint8 images to float in [0, 1], normalised, on the device."""
         images = self.image_records
         return batch if images is None else images.on_device(self, batch, dataloader_idx)
+
+    # ------------------------------------------------------------------ inspection
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs the epoch's quotas as ``mix/<name>`` at its first train batch (Sources)."""
+        self.mix_log.log(self._trainer(), self)
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
+    def summary(self) -> str:
+        """Shards, records and batches per split, loader settings with reasons, bad records."""
+        return self.inspection.summary()
+
+    def describe_data(self) -> list[str]:
+        """Per split: shards, records, and what was skipped (``python -m datamodules inspect``)."""
+        return self.inspection.describe_data()
+
+    def sequence_lengths(self, split: str = "train", max_batches: int = 50) -> Any:
+        """Lengths of the first variable-length field, batch by batch (None: no such field)."""
+        return self.inspection.sequence_lengths(split, max_batches)
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str], split: str = "train") -> Any:
+        """The lengths of a variable-length field over the first batches, else the default."""
+        drawn = self.inspection.plot_lengths(path, split)
+        return super().plot_batch(batch, path) if drawn is None else drawn
 
     def extra_summary(self) -> list[str]:
         """The summary's lines about image records (none without ``image_key``)."""

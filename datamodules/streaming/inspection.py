@@ -1,8 +1,10 @@
 """What a stream says about itself: its summary, and what ``python -m datamodules inspect``
 shows (lengths of a variable-length field, a picture of them, the records per split).
 
-:class:`StreamInspection` is mixed into :class:`~datamodules.StreamingDataModule`; its methods
-are the DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`).
+:class:`StreamInspection` is a part :class:`~datamodules.StreamingDataModule` holds
+(``dm.inspection``): it keeps no state of its own and reads the DataModule it describes; the
+DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`) hand their
+work to it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ __all__ = ["StreamInspection"]
 
 
 class StreamInspection:
-    """The summary and inspect hooks of :class:`~datamodules.StreamingDataModule` (a mixin)."""
+    """The summary and inspect hooks of a :class:`~datamodules.StreamingDataModule`.
 
-    shards: dict[str, list[Any]]
-    dataset_factory: Any
+    Args:
+        dm: The DataModule described.
+    """
+
+    def __init__(self, dm: Any) -> None:
+        self.dm = dm
 
     def sequence_lengths(
         self, split: str = "train", max_batches: int = 50
@@ -37,10 +43,11 @@ class StreamInspection:
         whose values are sequences of different lengths, with each batch's lengths; None
         when no field varies in length.
         """
-        self.setup()
-        if self.dataset_factory is not None or not self.shards.get(split):
+        dm = self.dm
+        dm.setup()
+        if dm.dataset_factory is not None or not dm.shards.get(split):
             return None
-        stream = self.make_stream(split, 0, 1)
+        stream = dm.make_stream(split, 0, 1)
         stream.collate = list  # the samples themselves: their lengths before padding
         stream.columnar = False
         batches = []
@@ -59,15 +66,15 @@ class StreamInspection:
                 return str(key), lengths
         return None
 
-    def plot_batch(self, batch: Any, path: str | os.PathLike[str], split: str = "train") -> Any:
+    def plot_lengths(self, path: str | os.PathLike[str], split: str = "train") -> Any:
         """For records with a variable-length field: a histogram of its lengths over the first
-        batches of ``split`` and the padding efficiency of those batches; otherwise the
-        default picture of one batch."""
+        batches of ``split`` and the padding efficiency of those batches, written to ``path``
+        (None, nothing written, when no field varies in length)."""
         from datamodules.tools.pictures import plot_lengths
 
         found = self.sequence_lengths(split)
         if found is None:
-            return super().plot_batch(batch, path)
+            return None
         key, lengths = found
         real = sum(sum(batch) for batch in lengths)
         padded = sum(len(batch) * max(batch) for batch in lengths if batch)
@@ -81,61 +88,63 @@ class StreamInspection:
     def describe_data(self) -> list[str]:
         """Per split: shards, records, and what was skipped (for ``python -m datamodules
         inspect``)."""
-        self.setup()
-        return self.stream_splits.describe()
+        dm = self.dm
+        dm.setup()
+        return dm.stream_splits.describe()
 
     def summary(self) -> str:
         """Shards, records and batches per split, loader settings with reasons, bad records."""
-        lines = [type(self).__name__]
-        rank, world = self._rank_world()
-        if self.dataset_factory is not None:
-            lines.append(f"  data: from dataset_factory={self.dataset_factory!r}")
-        elif not self.shards:
+        dm = self.dm
+        lines = [type(dm).__name__]
+        rank, world = dm._rank_world()
+        if dm.dataset_factory is not None:
+            lines.append(f"  data: from dataset_factory={dm.dataset_factory!r}")
+        elif not dm.shards:
             lines.append("  shards: not indexed yet (call setup())")
         for split in SPLITS:
-            shards = self.shards.get(split)
+            shards = dm.shards.get(split)
             if shards is None:
                 continue
             if not shards:
                 lines.append(f"  {split}: none")
                 continue
-            n = self.split_size(split)  # records per epoch (mixed: the sum of the quotas)
+            n = dm.split_size(split)  # records per epoch (mixed: the sum of the quotas)
             formats = ", ".join(sorted({s.fmt for s in shards}))
-            if self.drop_last and split == "train":
-                batches = n // world // self.batch_size
+            if dm.drop_last and split == "train":
+                batches = n // world // dm.batch_size
             else:
-                batches = math.ceil(math.ceil(n / world) / self.batch_size)
+                batches = math.ceil(math.ceil(n / world) / dm.batch_size)
             text = (
                 f"  {split}: {counted(len(shards), 'shard')} ({formats}), "
-                f"{counted(n, 'record')}; {counted(batches, 'batch')} of <= {self.batch_size} "
+                f"{counted(n, 'record')}; {counted(batches, 'batch')} of <= {dm.batch_size} "
                 f"per rank (world={world})"
             )
             if split == "train":
                 order = (
-                    f"shuffle=True (shard order + a buffer of {self.shuffle_buffer} records per "
-                    f"worker, seed {self.shuffle_seed})"
-                    if self.shuffle
+                    f"shuffle=True (shard order + a buffer of {dm.shuffle_buffer} records per "
+                    f"worker, seed {dm.shuffle_seed})"
+                    if dm.shuffle
                     else "shuffle=False (shards and records in file order)"
                 )
-                text += f", {order}, drop_last={self.drop_last}"
+                text += f", {order}, drop_last={dm.drop_last}"
             lines.append(text)
             lines.extend(self._source_lines(split))
             lines.append(self._batch_path_line(split, shards))
-        settings = self._settings.get("train") or self.loader_settings("train")
+        settings = dm._settings.get("train") or dm.loader_settings("train")
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
             lines.append(f"  {key}={getattr(settings, key)!r}: {settings.reasons[key]}")
-        lines.append(f"  bad records: on_error={self.on_error!r}; {self.skipped.summary()}")
-        if any(is_remote(s.path) for shards in self.shards.values() for s in shards):
-            stats = self.remote.stats
-            cache = "none" if self.cache_dir is None else f"{self.cache_dir}"
-            if self.cache_limit is not None:
-                cache += f" (limit {self.cache_limit:,} bytes)"
+        lines.append(f"  bad records: on_error={dm.on_error!r}; {dm.skipped.summary()}")
+        if any(is_remote(s.path) for shards in dm.shards.values() for s in shards):
+            stats = dm.remote.stats
+            cache = "none" if dm.cache_dir is None else f"{dm.cache_dir}"
+            if dm.cache_limit is not None:
+                cache += f" (limit {dm.cache_limit:,} bytes)"
             lines.append(
                 f"  remote: {stats.retries} retried request(s), {stats.failures} failed for "
-                f"good (retries={self.remote.retries}, timeout={self.remote.timeout:g} s); "
-                f"cache {cache}; prefetch_shards={self.prefetch_shards}"
+                f"good (retries={dm.remote.retries}, timeout={dm.remote.timeout:g} s); "
+                f"cache {cache}; prefetch_shards={dm.prefetch_shards}"
             )
-        stream = self.stream_loaders.train_stream
+        stream = dm.stream_loaders.train_stream
         resumed = None if stream is None else stream.resumed()
         if resumed is not None:  # an epoch resumed on another layout
             epoch, layouts, repeats = resumed
@@ -144,18 +153,17 @@ class StreamInspection:
                 f"{stream.loader_workers} worker(s) after {layouts} earlier layout(s); "
                 f"{repeats} record(s) repeated to keep ranks even"
             )
-        lines.extend(self.extra_summary())
+        lines.extend(dm.extra_summary())
         lines.extend(unsaved_lines(self))
         return "\n".join(lines)
 
     def _batch_path_line(self, split: str, shards: list[Any]) -> str:
         """How the split's batches are made: gathered from columns, or collated from records."""
+        dm = self.dm
         image = bool(getattr(self, "image_keys", None))
-        reads_blocks = not self._custom_reader() and not image
-        transform = self.transform_for(split)
-        reason = columnar_reason(
-            {s.fmt for s in shards}, reads_blocks, transform, self._collate_fn()
-        )
+        reads_blocks = not dm._custom_reader() and not image
+        transform = dm.transform_for(split)
+        reason = columnar_reason({s.fmt for s in shards}, reads_blocks, transform, dm._collate_fn())
         if reason is None:
             return "    batches: gathered from columns (the buffer shuffles record positions)"
         return f"    batches: collated from records ({reason})"
@@ -163,14 +171,15 @@ class StreamInspection:
     def _source_lines(self, split: str) -> list[str]:
         """One line per source of a mixed split: shards, records, weight (or schedule) or
         repeat, records this epoch, passes so far, and the records it had skipped."""
-        mix = self.mixes.get(split)
-        mixture = self.mixture(split) if mix else None
+        dm = self.dm
+        mix = dm.mixes.get(split)
+        mixture = dm.mixture(split) if mix else None
         if not mix or mixture is None:
             return []
-        epoch = self._current_epoch() if split == "train" else 0
+        epoch = dm._current_epoch() if split == "train" else 0
         quota = dict(zip(mixture.names, mixture.quotas(epoch), strict=True))
         start = dict(zip(mixture.names, mixture.starts(epoch), strict=True))
-        shards = self.shards[split]
+        shards = dm.shards[split]
         lines = []
         for m in mix:
             name = m.source.label
@@ -179,7 +188,7 @@ class StreamInspection:
                 share = "removed since the checkpoint"
             drawn = start[name] + quota[name]
             passes = drawn / m.records if m.records else 0.0
-            skipped = sum(self.skipped.counts.get(shards[k].path, 0) for k in m.shards)
+            skipped = sum(dm.skipped.counts.get(shards[k].path, 0) for k in m.shards)
             lines.append(
                 f"    source {name!r}: {len(m.shards)} shard(s), {m.records} records, "
                 f"{share}; {quota[name]} records this epoch; {passes:.2f} passes so far (epoch "

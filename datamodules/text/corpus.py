@@ -1,8 +1,10 @@
 """Where TextDataModule's documents come from: memory, files or a Dataset through the token store,
 or pre-tokenized token files.
 
-:class:`TextCorpus` is mixed into :class:`~datamodules.TextDataModule`. It checks the input
-arguments in ``__init__`` and, in ``setup``, gives each split its documents:
+:class:`TextCorpus` is a part :class:`~datamodules.TextDataModule` holds (``dm.corpus``), with
+its own state: the inputs given, the files per split, the token-file settings and the store's
+settings. It checks the input arguments when made and, in ``setup``, gives each split its
+documents:
 
 * ``texts`` (a list) and ``load_texts()`` overrides: texts in memory, tokenized in ``setup``
   (:class:`~datamodules.text.readers.TextRecords`), as are files read with the built-in
@@ -23,12 +25,10 @@ from typing import Any
 from datamodules.core.checks import check_int, check_path
 from datamodules.core.mixture import Source
 from datamodules.core.samplers import current_rank_and_world
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.listing import cache_root, file_version
-from datamodules.remote.retrying import check_remote_options
 from datamodules.text.arguments import check_eos_id
 from datamodules.text.readers import labels_of, read_text_files, records_from_memory
-from datamodules.tokens.blends import TokenBlends, check_blend
+from datamodules.tokens.blends import check_blend
 from datamodules.tokens.inputs import (
     CHUNK_TEXTS,
     DEFAULT_LABEL_KEY,
@@ -65,9 +65,30 @@ def default_token_cache() -> str:
 
 
 class TextCorpus:
-    """The inputs of :class:`~datamodules.TextDataModule` (a mixin; see the module docstring)."""
+    """The inputs of a :class:`~datamodules.TextDataModule` (see the module docstring).
 
-    def init_corpus(
+    Args:
+        texts: ``texts=`` (a list, or a ``datasets.Dataset``), or None.
+        labels: ``labels=``, or None.
+        files: Per split, the ``*_file`` argument as given.
+        token_files: ``token_files=``.
+        token_cache: ``token_cache=``.
+        tokenize_workers: ``tokenize_workers=``.
+        dtype: ``dtype=`` of a flat token file.
+        eos_id: ``eos_id=``.
+        vocab_size: ``vocab_size=``.
+        remote: The checked remote options.
+        tokenizer: The tokenizer (a built-in level, yours, or None for token files).
+        text_key: ``text_key=``.
+        label_key: ``label_key=``.
+        max_length: ``max_length=``.
+        truncation_side: ``truncation_side=``.
+        lowercase: ``lowercase=``.
+        overridden: Whether ``load_texts`` is overridden (then no input is needed).
+        trainer: Returns the DataModule's Trainer (or None): which process builds a store.
+    """
+
+    def __init__(
         self,
         *,
         texts: Any,
@@ -79,12 +100,19 @@ class TextCorpus:
         dtype: Any,
         eos_id: Any,
         vocab_size: Any,
-        storage_options: Any,
-        retries: Any,
-        timeout: Any,
+        remote: Any,
+        tokenizer: Any,
+        text_key: str,
+        label_key: str | None,
+        max_length: int | None,
+        truncation_side: str,
+        lowercase: bool,
         overridden: bool,
+        trainer: Any,
     ) -> None:
-        """Checks the input arguments (raising naming the first bad one) and keeps them."""
+        self.tokenizer, self.text_key, self.label_key = tokenizer, text_key, label_key
+        self.max_length, self.truncation_side = max_length, truncation_side
+        self.lowercase, self.trainer = lowercase, trainer
         given = [
             name
             for name, v in (
@@ -117,19 +145,16 @@ class TextCorpus:
                     "texts= a datasets.Dataset is read through the token store: drop "
                     "token_cache=False (or give the texts as a list)."
                 )
-            self._given = None
+            self.given = None
         else:
-            self._given = records_from_memory(texts, labels) if texts is not None else None
-        storage_options = restored_storage_options(storage_options)
-        self.remote = check_remote_options(storage_options, retries, timeout)
-        save_without_credentials(self, storage_options)
+            self.given = records_from_memory(texts, labels) if texts is not None else None
+        self.remote = remote
         self.files = {
             s: None
             if v is None
             else check_blend(v, SPLIT_FILES[s]) or check_file_argument(v, SPLIT_FILES[s])
             for s, v in files.items()
         }
-        self.train_files, self.val_files, self.test_files = (self.files[s] for s in SPLIT_FILES)
         if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
             raise TypeError(
                 f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
@@ -139,9 +164,9 @@ class TextCorpus:
         self.token_cache, self.tokenize_workers = token_cache, tokenize_workers
         self._check_token_file_arguments(token_files, dtype, eos_id, vocab_size)
         if (
-            self._given is None
+            self.given is None
             and self.dataset_input is None
-            and self.train_files is None
+            and self.files["train"] is None
             and token_files is None
             and not overridden
         ):
@@ -178,16 +203,12 @@ class TextCorpus:
         self.dtype, self.eos_id, self.declared_vocab_size = dtype, eos_id, vocab_size
 
     # ------------------------------------------------------------------ blends
-    def init_blends(self, epoch_size: Any, eval_per_source: Any) -> None:
-        """The blends component (``self.blends``), checked against the text arguments."""
-        sources = {s: self._blend_sources(s) for s in ("train", "val", "test")}
-        self.blends = TokenBlends(
-            self, sources, epoch_size, eval_per_source,
-            read=self.read_blend_part, files_of=self.blend_files,
-            seq_length=self.seq_length if self.packing else None, pack_mode=self.pack_mode,
-            seed=self.shuffle_seed, given=self._given_split,
-            train_argument="token_files= or train_file=",
-        )  # fmt: skip
+    def blend_sources(self) -> dict[str, list[Source] | None]:
+        """Per split, its Sources when given as a blend, else None."""
+        return {s: self._blend_sources(s) for s in ("train", "val", "test")}
+
+    def check_blends(self, sources: dict[str, Any], batch_by: str, max_tokens: Any) -> None:
+        """Refuses blends the text arguments cannot read or batch."""
         blends = [s for s, given in sources.items() if given is not None]
         files = [s for s in blends if s != "train" or self.token_files is None]
         if files and not self.uses_store():
@@ -195,9 +216,8 @@ class TextCorpus:
                 f"{', '.join(SPLIT_FILES[s] for s in files)}: a blend of files goes through the "
                 "token store: give tokenizer= (yours) and leave token_cache on."
             )
-        if (self.batch_by == "tokens" or self.max_tokens) and blends:
+        if (batch_by == "tokens" or max_tokens) and blends:
             raise ValueError("batch_by='tokens' does not apply to a blend: use batch_size.")
-        self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
 
     def _blend_sources(self, split: str) -> list[Source] | None:
         """The Sources of a split given as a blend (the train one: ``token_files`` or
@@ -207,7 +227,7 @@ class TextCorpus:
         given = self.files.get(split)
         return given if given and isinstance(given[0], Source) else None
 
-    def _given_split(self, split: str) -> bool:
+    def given_split(self, split: str) -> bool:
         """Whether ``split`` has files of its own (``val_file`` / ``test_file``)."""
         return self.files.get(split) is not None
 
@@ -231,11 +251,8 @@ class TextCorpus:
         return not isinstance(self.tokenizer, str) and self.token_cache is not False
 
     def corpus_of(self, split: str) -> Any:
-        """The mapped corpus of ``split`` (a store or token file, or a blend of them), or None
-        when it is read into memory (or the split has no input of its own)."""
-        blend = self.blends.corpus(split)
-        if blend is not None:
-            return blend
+        """The mapped corpus of ``split`` (a store or token file), or None when it is read
+        into memory (or the split has no input of its own; a blend is the blends part's)."""
         if split == "train":
             if self.token_files is not None:
                 return read_token_files(
@@ -271,7 +288,7 @@ class TextCorpus:
         }
 
     def _ranks(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
+        trainer = self.trainer()
         if trainer is not None:
             return trainer.local_rank, trainer.global_rank
         rank, _ = current_rank_and_world()

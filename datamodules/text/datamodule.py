@@ -20,6 +20,12 @@ boundaries (:mod:`datamodules.tokens.packing`). A blend of Sources is the tokens
 :class:`~datamodules.tokens.blends.TokenBlends`, held as ``dm.blends`` (as ChatDataModule
 holds it): quotas, per-source loaders, the ``mix/<name>`` logs and a changed mix on resume.
 
+The DataModule holds its parts, each with its own state: ``dm.corpus`` (where each split's
+documents come from, :mod:`datamodules.text.corpus`), ``dm.encoding`` (texts to ids and the
+vocabulary, :mod:`datamodules.text.encoding`), ``dm.label_vocabulary``, ``dm.views`` (views,
+samplers and pack planners, :mod:`datamodules.text.views`), ``dm.blends`` and
+``dm.inspection`` (summary and inspect, :mod:`datamodules.text.inspection`).
+
 Extension point: override :meth:`TextDataModule.load_texts` to return ``(texts, labels)`` for
 your own dataset.
 """
@@ -30,7 +36,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
@@ -38,27 +43,26 @@ from datamodules.core.checks import check_string
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
+from datamodules.core.samplers import IndexBatchSampler
+from datamodules.core.views import SplitView
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.retrying import check_remote_options
 from datamodules.text.arguments import check_text_arguments
 from datamodules.text.corpus import TextCorpus
+from datamodules.text.encoding import TextEncoding
 from datamodules.text.inspection import TextInspection
 from datamodules.text.labels import LabelVocabulary
 from datamodules.text.readers import TextRecords, records_from_memory
 from datamodules.text.views import TextViews
 from datamodules.tokenizing.loading import load_tokenizer
-from datamodules.tokens.blends import blend_parts
+from datamodules.tokens.blends import TokenBlends, blend_parts
 from datamodules.tokens.encoding import EncodedTexts
 from datamodules.tokens.packing import PackPlanner, check_packable
-from datamodules.tokens.store_build import encode
-from datamodules.tokens.token_checks import check_vocab
-from datamodules.tokens.token_files import TokenFile
 from datamodules.tokens.vocab import (
     LEVELS,
     PAD_ID,
     Vocabulary,
-    describe_tokenizer,
     tokenizer_pad_id,
-    tokenizer_vocab_size,
-    truncate,
 )
 
 __all__ = ["TextDataModule", "Tokenizer"]
@@ -67,7 +71,7 @@ Tokenizer = str | Callable[[str], Sequence[int]] | Any
 Files = Sequence[Source] | str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
-class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
+class TextDataModule(BaseDataModule):
     """Texts (with optional labels) as padded token batches: ``TextDataModule(texts, labels)``.
 
     Data comes from, in this order: ``texts`` (and ``labels``) in memory, ``train_file``, or an
@@ -258,40 +262,58 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
         )
         self.packing, self.seq_length, self.pack_mode = packing, seq_length, pack_mode
         self.text_key, self.label_key = text_key, label_key
-        self.tokenizer = tokenizer
         self.lowercase, self.min_freq = lowercase, min_freq
         self.max_length, self.truncation_side = max_length, truncation_side
-        self.init_corpus(
-            texts=texts,
-            labels=labels,
+        # token_files: the ids are given, so no tokenizer and no vocabulary
+        given_ids = token_files is not None and isinstance(tokenizer, str)
+        self.tokenizer = None if given_ids else tokenizer
+        storage_options = restored_storage_options(storage_options)
+        self.remote = check_remote_options(storage_options, retries, timeout)
+        save_without_credentials(self, storage_options)
+        #: Where each split's documents come from (:class:`~datamodules.text.corpus.TextCorpus`).
+        self.corpus = TextCorpus(
+            texts=texts, labels=labels, token_files=token_files, token_cache=token_cache,
             files={"train": train_file, "val": val_file, "test": test_file},
-            token_files=token_files,
-            token_cache=token_cache,
-            tokenize_workers=tokenize_workers,
-            dtype=dtype,
-            eos_id=eos_id,
-            vocab_size=vocab_size,
-            storage_options=storage_options,
-            retries=retries,
-            timeout=timeout,
+            tokenize_workers=tokenize_workers, dtype=dtype, eos_id=eos_id, vocab_size=vocab_size,
+            remote=self.remote, tokenizer=tokenizer,
+            text_key=text_key, label_key=label_key, max_length=max_length,
+            truncation_side=truncation_side, lowercase=lowercase, trainer=self._trainer,
             overridden=type(self).load_texts is not TextDataModule.load_texts,
-        )
+        )  # fmt: skip
         self.padding_side, self.pad_to_multiple_of = padding_side, pad_to_multiple_of
         self.batch_by, self.max_tokens = batch_by, max_tokens
-        self.init_blends(epoch_size, eval_per_source)
+        sources = self.corpus.blend_sources()
+        #: A blend's quotas, loaders and logs (:class:`~datamodules.tokens.blends.TokenBlends`).
+        self.blends = TokenBlends(
+            self, sources, epoch_size, eval_per_source,
+            read=self.corpus.read_blend_part, files_of=self.corpus.blend_files,
+            seq_length=seq_length if packing else None, pack_mode=pack_mode,
+            seed=self.shuffle_seed, given=self.corpus.given_split,
+            train_argument="token_files= or train_file=",
+        )  # fmt: skip
+        self.corpus.check_blends(sources, batch_by, max_tokens)
+        self.corpus.tokenizer = self.tokenizer  # (None for token files, once checked)
+        self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
         self.bucket, self.eval_bucket, self.pool_batches = bucket, eval_bucket, pool_batches
         if pad_id is None:
             pad_id = PAD_ID if isinstance(tokenizer, str) else tokenizer_pad_id(tokenizer)
-        if token_files is not None and isinstance(tokenizer, str):
-            self.tokenizer = None  # the ids are given: no tokenizer, no vocabulary
         self.pad_id = pad_id
-        self.vocab: Vocabulary | None = None
+        #: Texts to ids (:class:`~datamodules.text.encoding.TextEncoding`): the vocabulary.
+        self.encoding = TextEncoding(
+            self.tokenizer, lowercase, min_freq, max_length, truncation_side, eos_id
+        )
         #: Label ids of the sources (:class:`~datamodules.text.labels.LabelVocabulary`).
         self.label_vocabulary = LabelVocabulary()
+        #: Each split's view and batch sampler (:class:`~datamodules.text.views.TextViews`).
+        self.views = TextViews(self)
+        #: summary() and the inspect hooks (:class:`~datamodules.text.inspection.TextInspection`).
+        self.inspection = TextInspection(self)
         self._sources: list[TextRecords] = []
-        self._pending_vocab: dict[str, Any] | None = None
-        self._planners: dict[str, PackPlanner] = {}
-        self._max_id: int | None = None
+
+    @property
+    def vocab(self) -> Vocabulary | None:
+        """The built-in vocabulary once built or restored (None with your tokenizer)."""
+        return self.encoding.vocab
 
     @property
     def label_names(self) -> list[str] | None:
@@ -319,13 +341,13 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
             the records of ``train_file`` read into memory (files that go through the token
             store are not read here).
         """
-        if self._given is not None:
-            return self._given
-        return self.read_into_memory("train")
+        if self.corpus.given is not None:
+            return self.corpus.given
+        return self.corpus.read_into_memory("train")
 
     def build_dataset(self) -> Any:
         if type(self).load_texts is TextDataModule.load_texts:
-            corpus = self.corpus_of("train")
+            corpus = self._corpus_of("train")
             if corpus is not None:
                 return corpus
         loaded = self.load_texts()
@@ -341,9 +363,14 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
     def split_sources(self) -> dict[str, Any]:
         sources = {}
         for split in ("val", "test"):
-            if self.files[split] is not None:
-                sources[split] = self.corpus_of(split) or self.read_into_memory(split)
+            if self.corpus.files[split] is not None:
+                sources[split] = self._corpus_of(split) or self.corpus.read_into_memory(split)
         return sources
+
+    def _corpus_of(self, split: str) -> Any:
+        """A split's blend (:attr:`blends`), else its mapped corpus, else None (in memory)."""
+        blend = self.blends.corpus(split)
+        return blend if blend is not None else self.corpus.corpus_of(split)
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str | None = None) -> None:
@@ -353,71 +380,64 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
             return
         sources: list[TextRecords] = blend_parts(self.split_datasets.values())
         self.label_vocabulary.prepare(sources)
-        if isinstance(self.tokenizer, str):
-            if self._pending_vocab is not None:
-                self.vocab = self._vocab_from_state(self._pending_vocab)
-            else:
-                main = self.split_datasets["train"]
-                train_texts = [main.texts[i] for i in self.split_indices["train"].tolist()]
-                self.vocab = Vocabulary.build(
-                    train_texts, self.tokenizer, self.lowercase, self.min_freq
-                )
-        self._pending_vocab = None
+        main, train = self.split_datasets["train"], self.split_indices["train"]
+        self.encoding.prepare(lambda: [main.texts[i] for i in train.tolist()])
         for records in sources:
             if records.encoded is None:  # texts in memory; a store or token file is mapped
-                records.encoded = EncodedTexts(*self._tokenize(records), None)
+                records.encoded = EncodedTexts(*self.encoding.tokenize(records), None)
             records.encoded.labels = self.label_vocabulary.tensor(records)
-            self._check_budget(records)
+            self.views.check_budget(records)
             if self.packing:
                 check_packable(records, self.label_key, self.seq_length, self.pack_mode)
         self._sources = sources
 
-    def _tokenize(self, records: TextRecords) -> tuple[np.ndarray, np.ndarray]:
-        if self.vocab is None:  # as the token store encodes (the end-of-text id appended)
-            return encode(
-                self.tokenizer,
-                records.texts,
-                records.where,
-                self.max_length,
-                self.truncation_side,
-                self.eos_id,
-            )
-        flat, lengths = self.vocab.encode_many(records.texts)
-        if self.max_length is not None:
-            flat, lengths = truncate(flat, lengths, self.max_length, self.truncation_side)
-        return flat, lengths
+    # ------------------------------------------------------------------ views and loaders
+    def planner(self, split: str) -> PackPlanner:
+        """The pack planner of a split (``packing=True``): its rows for every epoch."""
+        return self.views.planner(split)
 
-    def _check_budget(self, records: TextRecords) -> None:
-        if self.batch_by != "tokens" or not len(records):
-            return
-        lengths = records.encoded.lengths
-        longest = int(lengths.max())
-        padded = longest
-        if self.pad_to_multiple_of:
-            padded = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        if padded > self.max_tokens:
-            where = records.where(int(torch.argmax(lengths)))
-            raise ValueError(
-                f"{where}: {longest} tokens ({padded} padded) exceed max_tokens="
-                f"{self.max_tokens}: raise max_tokens or set max_length to truncate."
-            )
+    def make_view(self, split: str, dataset: TextRecords, indices: torch.Tensor) -> SplitView:
+        return self.views.make_view(split, dataset, indices)
 
-    def _vocab_from_state(self, state: dict[str, Any]) -> Vocabulary:
-        vocab = Vocabulary.from_state(state)
-        if (vocab.level, vocab.lowercase) != (self.tokenizer, self.lowercase):
-            raise ValueError(
-                f"the checkpoint's vocabulary is {vocab.level!r} with lowercase="
-                f"{vocab.lowercase}, this module has tokenizer={self.tokenizer!r} and "
-                f"lowercase={self.lowercase}: use the checkpoint's settings."
-            )
-        return vocab
+    def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
+        return self.views.make_sampler(split, view, rank, world)
+
+    def make_loader(self, split: str) -> Any:
+        """The base's loader; a blend's train loader re-measured after a held epoch."""
+        return self.blends.on_loader(split, super().make_loader(split))
+
+    def val_dataloader(self) -> Any:
+        """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("val"):
+            return self.blends.source_loaders("val")
+        return super().val_dataloader()
+
+    def test_dataloader(self) -> Any:
+        """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
+        if self.blends.per_source("test"):
+            return self.blends.source_loaders("test")
+        return super().test_dataloader()
 
     # ------------------------------------------------------------------ inspection
+    def extra_summary(self) -> list[str]:
+        """The tokenizer, the tokens, the labels, the batching and a blend's sources."""
+        return self.inspection.extra_summary()
+
+    def describe_data(self) -> list[str]:
+        """Per split: labels, lengths and padding (``python -m datamodules inspect``)."""
+        return self.inspection.describe_data()
+
+    def plot_batch(self, batch: Any, path: str | os.PathLike[str], *, split: str = "train") -> Any:
+        """Draws the lengths and padding of ``split`` (or packed rows), ``batch`` marked
+        (:meth:`TextInspection.plot_batch
+        <datamodules.text.inspection.TextInspection.plot_batch>`)."""
+        return self.inspection.plot_batch(batch, path, split=split)
+
     def encode(self, text: str) -> list[int]:
         """Token ids of a new text, as this module tokenizes (vocabulary and truncation)."""
         self._require_setup()
         records = TextRecords([text])
-        flat, _ = self._tokenize(records)
+        flat, _ = self.encoding.tokenize(records)
         return flat.tolist()
 
     @property
@@ -425,16 +445,7 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
         """Ids the model must embed: the built-in vocabulary's size, the tokenizer's, or the
         largest id seen + 1."""
         self._require_setup()
-        if self.vocab is not None:
-            return len(self.vocab)
-        declared = tokenizer_vocab_size(self.tokenizer) or self.declared_vocab_size
-        if self._max_id is None:
-            tops = [(_max_id(s), s) for s in self._sources]
-            for top, source in tops:  # vocab_size= is the size: an id above it is an error
-                if self.tokenizer is None and isinstance(source, TokenFile):
-                    check_vocab(source.name, top, self.declared_vocab_size)
-            self._max_id = max((top for top, _ in tops), default=-1)
-        return max(declared or 0, self._max_id + 1, self.pad_id + 1)
+        return self.encoding.vocab_size(self._sources, self.corpus.declared_vocab_size, self.pad_id)
 
     # ------------------------------------------------------------------ blends
     def mixture(self, split: str) -> Mixture | None:
@@ -470,31 +481,12 @@ class TextDataModule(TextViews, TextCorpus, TextInspection, BaseDataModule):
     def state_dict(self) -> dict[str, Any]:
         """The base state plus the vocabulary and label names (plain lists)."""
         state = super().state_dict()
-        state["vocab"] = self.vocab.state() if self.vocab is not None else None
+        state["vocab"] = self.encoding.state()
         state["label_names"] = self.label_names
         return state
 
     def _restore_extra_state(self, state_dict: dict[str, Any]) -> None:
         vocab_state = state_dict.get("vocab")
-        label_names = state_dict.get("label_names")
-        if vocab_state is not None and not isinstance(self.tokenizer, str):
-            raise ValueError(
-                "the checkpoint has a built-in vocabulary but this module uses the tokenizer "
-                f"{describe_tokenizer(self.tokenizer)}: the ids would differ."
-            )
-        self.label_vocabulary.restore(label_names, self._sources)
-        if not self._sources:  # before setup: used when setup runs
-            self._pending_vocab = vocab_state
-            return
-        if vocab_state is not None:
-            vocab = self._vocab_from_state(vocab_state)
-            if vocab != self.vocab:
-                self.vocab = vocab  # same lengths (same level and lowercase), new ids
-                for records in self._sources:
-                    records.encoded.set_tokens(self._tokenize(records)[0])
-
-
-def _max_id(source: Any) -> int:
-    """A source's largest token id: a store's from its metadata, else read from the tokens."""
-    known = getattr(source, "max_id", None)
-    return int(known) if known is not None else source.encoded.max_id()
+        self.encoding.check_state(vocab_state)
+        self.label_vocabulary.restore(state_dict.get("label_names"), self._sources)
+        self.encoding.restore(vocab_state, self._sources)

@@ -2,8 +2,10 @@
 that length buckets save (or, with ``packing=True``, the rows' fill and a picture of one
 batch's rows as bars of document pieces).
 
-:class:`TextInspection` is mixed into :class:`~datamodules.TextDataModule`; its methods are the
-DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`).
+:class:`TextInspection` is a part :class:`~datamodules.TextDataModule` holds
+(``dm.inspection``): it keeps no state of its own and reads the DataModule it describes; the
+DataModule's inspect hooks (see :meth:`~datamodules.BaseDataModule.describe_data`) hand their
+work to it.
 """
 
 from __future__ import annotations
@@ -22,43 +24,52 @@ __all__ = ["TextInspection"]
 
 
 class TextInspection:
-    """The inspect hooks of :class:`~datamodules.TextDataModule` (a mixin)."""
+    """The summary lines and inspect hooks of a :class:`~datamodules.TextDataModule`.
+
+    Args:
+        dm: The DataModule described.
+    """
+
+    def __init__(self, dm: Any) -> None:
+        self.dm = dm
 
     def extra_summary(self) -> list[str]:
         """The tokenizer, the token buffer, the labels and the batching (for ``summary()``),
         then a line per source of each blended split and its schedule."""
-        if not self._sources:
+        dm = self.dm
+        if not dm._sources:
             return []
-        return self._corpus_summary() + self.blends.summary_lines()
+        return self._corpus_summary() + dm.blends.summary_lines()
 
     def _corpus_summary(self) -> list[str]:
-        if self.vocab:
-            name = f"{self.tokenizer}-level vocabulary"
-        elif self.tokenizer is None:  # token_files: the ids are read as they are
-            name = f"none ({getattr(self.dataset, 'kind', 'pre-tokenized')} token_files)"
+        dm = self.dm
+        if dm.vocab:
+            name = f"{dm.tokenizer}-level vocabulary"
+        elif dm.tokenizer is None:  # token_files: the ids are read as they are
+            name = f"none ({getattr(dm.dataset, 'kind', 'pre-tokenized')} token_files)"
         else:
-            name = describe_tokenizer(self.tokenizer)
-        lengths = torch.cat([s.encoded.lengths for s in self._sources]).float()
+            name = describe_tokenizer(dm.tokenizer)
+        lengths = torch.cat([s.encoded.lengths for s in dm._sources]).float()
         lines = [
-            f"  tokenizer: {name}, vocab_size={self.vocab_size}, pad_id={self.pad_id}, "
-            f"max_length={self.max_length}",
+            f"  tokenizer: {name}, vocab_size={dm.vocab_size}, pad_id={dm.pad_id}, "
+            f"max_length={dm.max_length}",
             f"  tokens: {int(lengths.sum())} {self._token_home()}; length mean "
             f"{float(lengths.mean()):.1f}, max {int(lengths.max())}",
         ]
-        if self.label_names is not None:
-            names = self.label_names
+        if dm.label_names is not None:
+            names = dm.label_names
             shown = ", ".join(map(repr, names[:8])) + (
                 f", ... ({len(names) - 8} more)" if len(names) > 8 else ""
             )
             lines.append(f"  labels: {counted(len(names), 'class', 'classes')}: {shown}")
-        if self.packing:
+        if dm.packing:
             return lines + self.packing_summary()
-        budget = f" (max_tokens={self.max_tokens})" if self.batch_by == "tokens" else ""
+        budget = f" (max_tokens={dm.max_tokens})" if dm.batch_by == "tokens" else ""
         line = (
-            f"  batches: by {self.batch_by}{budget}, bucket={self.bucket} "
-            f"(pool_batches={self.pool_batches}), eval_bucket={self.eval_bucket}"
+            f"  batches: by {dm.batch_by}{budget}, bucket={dm.bucket} "
+            f"(pool_batches={dm.pool_batches}), eval_bucket={dm.eval_bucket}"
         )
-        sampler = self._samplers.get("train")
+        sampler = dm._samplers.get("train")
         if isinstance(sampler, BucketBatchSampler):
             line += (
                 f"; train: {counted(len(sampler), 'batch')} per rank, padding efficiency "
@@ -69,8 +80,9 @@ class TextInspection:
 
     def _token_home(self) -> str:
         """Where the tokens are: one flat buffer, or the token store / token file mapped."""
+        dm = self.dm
         homes = []
-        for source in self._sources:
+        for source in dm._sources:
             path = getattr(source, "path", None) or getattr(source, "name", None)
             if path is not None:
                 homes.append(f"{path} ({source.encoded.tokens_np.dtype.name})")
@@ -86,43 +98,42 @@ class TextInspection:
         split's batches in epoch 0 beside that of random batches of the same sizes, which is
         what the batches would pad without length buckets.
         """
+        dm = self.dm
         from datamodules.tools.descriptions import (
             describe_datamodule,
             length_stats,
             padding_comparison,
         )
 
-        indices = self._require_setup()
-        if self.packing:
+        indices = dm._require_setup()
+        if dm.packing:
             return self._describe_packing(describe_datamodule, length_stats)
         labels = {}
         for split, idx in indices.items():
-            encoded = self.split_datasets[split].encoded.labels
+            encoded = dm.split_datasets[split].encoded.labels
             labels[split] = None if encoded is None else encoded[idx]
-        lines = describe_datamodule(self, names=self.label_names, split_labels=labels)
+        lines = describe_datamodule(dm, names=dm.label_names, split_labels=labels)
         lines.append("lengths (tokens per sample):")
         for split, idx in indices.items():
-            lengths = self.split_datasets[split].encoded.lengths[idx]
+            lengths = dm.split_datasets[split].encoded.lengths[idx]
             lines.append(f"  {split}: {length_stats(lengths)}")
         size = (
-            f"max_tokens={self.max_tokens}"
-            if self.batch_by == "tokens"
-            else f"batch_size={self.batch_size}"
+            f"max_tokens={dm.max_tokens}"
+            if dm.batch_by == "tokens"
+            else f"batch_size={dm.batch_size}"
         )
         lines.append(
-            f"padding efficiency of epoch 0 (real / padded tokens; batch_by={self.batch_by!r}, "
+            f"padding efficiency of epoch 0 (real / padded tokens; batch_by={dm.batch_by!r}, "
             f"{size}), against random batches of the same sizes:"
         )
         for split, idx in indices.items():
             if not len(idx):
                 lines.append(f"  {split}: no batches")
                 continue
-            view = self.view(split)
-            batches = self.make_sampler(split, view, 0, 1).epoch_batches(0)
-            ours, random = padding_comparison(view.lengths, batches, self.pad_to_multiple_of)
-            flag = (
-                f"bucket={self.bucket}" if split == "train" else f"eval_bucket={self.eval_bucket}"
-            )
+            view = dm.view(split)
+            batches = dm.make_sampler(split, view, 0, 1).epoch_batches(0)
+            ours, random = padding_comparison(view.lengths, batches, dm.pad_to_multiple_of)
+            flag = f"bucket={dm.bucket}" if split == "train" else f"eval_bucket={dm.eval_bucket}"
             lines.append(
                 f"  {split}: {ours:.1%} in {len(batches)} batches ({flag}); random: {random:.1%}"
             )
@@ -144,27 +155,28 @@ class TextInspection:
         Returns:
             The path written.
         """
+        dm = self.dm
         from datamodules.tools.pictures import plot_padding
 
-        if not self.split_size(split):
+        if not dm.split_size(split):
             raise ValueError(f"plot_batch: the {split} split is empty: nothing to draw.")
-        if self.packing:
+        if dm.packing:
             return self._plot_packed(batch, path, split)
-        view = self.view(split)
-        batches = self.make_sampler(split, view, 0, 1).epoch_batches(0)
+        view = dm.view(split)
+        batches = dm.make_sampler(split, view, 0, 1).epoch_batches(0)
         lengths = padded_to = None
         if isinstance(batch, dict) and "lengths" in batch:
             lengths = batch["lengths"]
             if "input_ids" in batch:
                 padded_to = int(batch["input_ids"].shape[1])
-        bucket = self.bucket if split == "train" else self.eval_bucket
+        bucket = dm.bucket if split == "train" else dm.eval_bucket
         size = (
-            f"max_tokens={self.max_tokens}"
-            if self.batch_by == "tokens"
-            else f"batch_size={self.batch_size}"
+            f"max_tokens={dm.max_tokens}"
+            if dm.batch_by == "tokens"
+            else f"batch_size={dm.batch_size}"
         )
         title = (
-            f"{type(self).__name__}, {split} split: {len(view):,} texts in {len(batches):,} "
+            f"{type(dm).__name__}, {split} split: {len(view):,} texts in {len(batches):,} "
             f"batches of epoch 0 ({size}, {'eval_' if split != 'train' else ''}bucket={bucket})"
         )
         return plot_padding(
@@ -173,7 +185,7 @@ class TextInspection:
             path,
             batch_lengths=lengths,
             padded_to=padded_to,
-            pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_to_multiple_of=dm.pad_to_multiple_of,
             title=title,
         )
 
@@ -181,30 +193,32 @@ class TextInspection:
     def packing_summary(self) -> list[str]:
         """Summary lines of ``packing=True``: rows per epoch, real tokens, documents cut
         across rows (the train line above gives the rows and batches per rank)."""
+        dm = self.dm
         from datamodules.tokens.packing import packing_lines
 
-        if any(isinstance(d, BlendCorpus) for d in self.split_datasets.values()):
+        if any(isinstance(d, BlendCorpus) for d in dm.split_datasets.values()):
             return [
-                f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
-                f"batch_size={self.batch_size} rows, each source packed on its own"
+                f"  packing: seq_length={dm.seq_length}, pack_mode={dm.pack_mode!r}, "
+                f"batch_size={dm.batch_size} rows, each source packed on its own"
             ]
         lines = [
-            f"  packing: seq_length={self.seq_length}, pack_mode={self.pack_mode!r}, "
-            f"batch_size={self.batch_size} rows"
+            f"  packing: seq_length={dm.seq_length}, pack_mode={dm.pack_mode!r}, "
+            f"batch_size={dm.batch_size} rows"
         ]
-        sampler = self._samplers.get("train")
-        for split, idx in self._require_setup().items():
+        sampler = dm._samplers.get("train")
+        for split, idx in dm._require_setup().items():
             if len(idx):
                 epoch = sampler.epoch if split == "train" and sampler is not None else 0
-                lines.append("  " + packing_lines(self.planner(split), split, epoch))
+                lines.append("  " + packing_lines(dm.planner(split), split, epoch))
         return lines
 
     def _describe_packing(self, describe_datamodule: Any, length_stats: Any) -> list[str]:
-        indices = self._require_setup()
-        lines = describe_datamodule(self, names=None, split_labels=dict.fromkeys(indices))
+        dm = self.dm
+        indices = dm._require_setup()
+        lines = describe_datamodule(dm, names=None, split_labels=dict.fromkeys(indices))
         lines.append("lengths (tokens per document):")
         for split, idx in indices.items():
-            lengths = self.split_datasets[split].encoded.lengths[idx]
+            lengths = dm.split_datasets[split].encoded.lengths[idx]
             lines.append(f"  {split}: {length_stats(lengths)}")
         lines.append(
             "packed rows (rows per epoch, share of real tokens, documents cut across rows):"
@@ -213,14 +227,15 @@ class TextInspection:
         return lines
 
     def _plot_packed(self, batch: Any, path: str | os.PathLike[str], split: str) -> Any:
+        dm = self.dm
         from datamodules.tokens.packing import packing_lines
         from datamodules.tools.token_pictures import plot_token_batch
 
         if not (isinstance(batch, dict) and "document_ids" in batch):
             raise ValueError("plot_batch: with packing=True, pass one packed batch (a dict).")
-        planner = self.planner(split)
+        planner = dm.planner(split)
         title = [
-            f"{type(self).__name__}, {split} split: packed rows of {self.seq_length} tokens "
-            f"(pack_mode={self.pack_mode!r})",
+            f"{type(dm).__name__}, {split} split: packed rows of {dm.seq_length} tokens "
+            f"(pack_mode={dm.pack_mode!r})",
         ]
         return plot_token_batch(batch, path, title, [packing_lines(planner, split, 0)])

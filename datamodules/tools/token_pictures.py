@@ -182,7 +182,7 @@ def plot_token_batch(
     if images is not None:
         from torchvision.utils import make_grid
 
-        from datamodules.tools.pictures import grid_tiles
+        from datamodules.tools.tiles import grid_tiles
 
         small = grid_tiles(images[1][:max_images], max_images, max_tile=96)
         tiles = make_grid(small, nrow=min(len(small), 16), padding=2, pad_value=255)

@@ -82,7 +82,10 @@ def test_a_short_run_answers_held_out_questions_well_above_chance(tmp_path: Path
     done = subprocesses.run(command, cwd=ROOT, text=True, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
-    assert "ImageTextDataModule" in out and "max_images" in out  # its summary
+    logged = done.stderr  # the DataModule's summary, logged once as training starts
+    assert "ImageTextDataModule" in logged and "max_images" in logged
+    summaries = (out + logged).splitlines().count("ImageTextDataModule")
+    assert summaries == 1, out[-3000:] + logged[-3000:]
     line = re.search(
         r"held-out exact match: (\d\.\d+) on (\d+) conversations about (\d+) never-seen scans; "
         r"'Which digit is this\?' (\d\.\d+) of (\d+) \(chance 0\.1\), "

@@ -420,6 +420,49 @@ def test_a_mix_resumes_mid_epoch_exactly(tmp_path: Path, tok: Any) -> None:
     )  # fmt: skip
 
 
+def test_a_changed_mix_continues_on_resume_as_chats_does(
+    tmp_path: Path, tok: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Captions (6 batches a pass) and vqa (3) at 3:1 then 1:1, interrupted after 2 of epoch
+    # 0's 9 batches; resumed at 1:2: epoch 0 ends as planned, then the new mix.
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from datamodules import Source
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    old = mixed_sources(tmp_path / "data")
+    first = RecordingModel(record_ids)
+    every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1,
+                            filename="{step}")  # fmt: skip
+    quiet_trainer(max_epochs=1, enable_checkpointing=True, callbacks=[every]).fit(
+        first, datamodule=make(tmp_path, tok, old, batch_size=2)
+    )
+    planned = [i for b in first.train_epochs()[0] for i in b]
+    new_sources = [Source(old[0].files, weight=1.0, name="captions"),
+                   Source(old[1].files, weight=2.0, name="vqa")]  # fmt: skip
+    new = make(tmp_path, tok, new_sources, batch_size=2)
+    resumed = RecordingModel(record_ids)
+    with caplog.at_level("INFO", logger="datamodules"):
+        quiet_trainer(max_epochs=2).fit(
+            resumed, datamodule=new, ckpt_path=tmp_path / "ckpt" / "step=2.ckpt"
+        )
+    assert (
+        "'vqa' weight=1 -> weight=2" in caplog.text
+        and "the new mix applies from epoch 1" in caplog.text
+    )
+    head = [i for b in first.train_epochs()[0][:2] for i in b]
+    epochs = resumed.train_epochs()
+    assert sorted(head + [i for b in epochs[0] for i in b]) == sorted(planned)  # each once
+    later = [{r // 100 for r in b} for b in epochs[1]]
+    assert all(len(kinds) == 1 for kinds in later)  # a batch holds one source's records
+    assert [sum(k == {2} for k in later), sum(k == {3} for k in later)] == [
+        new.quotas(1)["captions"],
+        new.quotas(1)["vqa"],
+    ]
+    assert new.quotas(1) != make(tmp_path, tok, old, batch_size=2).quotas(1)  # the new weights
+
+
 def test_pixel_values_are_normalised_on_the_device(shards: Path, tok: Any) -> None:
     dm = make(shards, tok, normalize=True, mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0))
     batch = next(iter(dm.train_dataloader()))

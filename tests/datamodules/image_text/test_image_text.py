@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +287,55 @@ def test_bad_pairs_raise_naming_shard_and_key_or_are_skipped_and_counted(bad: Pa
     messages = sorted(dm.skipped.messages)
     assert "key '000003'" in messages[0] and "field 'jpg'" in messages[0]
     assert "key '000006'" in messages[1] and "no caption 'txt'" in messages[1]
+
+
+#: Pairs cut short: their JPEG header reads (setup keeps them), their pixels do not decode.
+CUT = (0, 1, 6, 7)
+
+
+@pytest.fixture(scope="module")
+def cut(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import webdataset as wds
+
+    root = tmp_path_factory.mktemp("cut")
+    with wds.ShardWriter(str(root / "cut-%06d.tar"), maxcount=100, verbose=0) as sink:
+        for i in range(12):
+            image = jpeg(i)[:40] if i in CUT else jpeg(i)
+            sink.write({"__key__": f"{i:06d}", "jpg": image, "txt": f"pair {i}"})
+    return str(root / "cut-000000.tar")
+
+
+def cut_dm(shard: str, **kwargs: Any) -> ImageTextDataModule:
+    # split_seed 8 (0 workers) and 2 (2 workers) shuffle two bad pairs into the first batch of
+    # a worker, before it read any good one, and again later in the epoch.
+    return make(shard, batch_size=2, shuffle_buffer=4, on_error="skip", **kwargs)
+
+
+@pytest.mark.parametrize(("workers", "seed"), [(0, 8), (2, 2)])
+def test_a_batch_of_only_bad_pairs_is_filled_wherever_it_falls(
+    cut: str, workers: int, seed: int
+) -> None:
+    dm = cut_dm(cut, num_workers=workers, split_seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the rank-0 count of left-out pairs)
+        batches = [text_ids(b) for b in dm.train_dataloader()]
+    good = [i for i in range(12) if i not in CUT]
+    assert len(batches) == 6 and min(map(len, batches)) >= 1  # no batch empty, none missing
+    repeats = Counter(i for b in batches for i in b) - Counter(good)
+    filled = [m for m in dm.skipped.messages if "repeated to fill" in m]
+    assert sorted(set(i for b in batches for i in b)) == good  # every good pair delivered
+    assert sum(repeats.values()) == len(filled) >= 1  # the fills, each reported as repeated
+    assert len(repeats) <= max(workers, 1)  # the first good one of each worker's share fills
+    assert dm.skipped.total == len(CUT) + len(filled)
+    assert sorted(m.split("key '")[1][:6] for m in dm.skipped.messages if m not in filled) == [
+        f"{i:06d}" for i in CUT
+    ]
+
+
+def test_a_resume_around_a_batch_of_only_bad_pairs_is_exact(cut: str, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert_resume_mid_epoch_is_exact(lambda: cut_dm(cut, split_seed=8), text_ids, tmp_path)
 
 
 def test_a_caption_key_absent_from_every_record_is_named(bad: Path, parquet: Path) -> None:

@@ -20,6 +20,8 @@ from datamodules import Source, StreamingDataModule
 from datamodules.stream_engine.columns import RowStore
 from datamodules.stream_engine.loader import StreamLoader
 
+ROOT = Path(__file__).resolve().parents[3]
+
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 
@@ -387,3 +389,48 @@ def test_auto_workers_count_parsing_as_cpu_work_and_remote_shards_as_io(tmp_path
     reason = local.loader_settings("train").reasons["num_workers"]
     assert "CPU" in reason and "I/O" not in reason
     assert "I/O-bound" in mixed.loader_settings("train").reasons["num_workers"]
+
+
+# ---------------------------------------------------------------------- fresh workers
+def test_arrow_numbers_are_the_buffers_as_numpy_without_pandas() -> None:
+    from datamodules.stream_engine.columns import arrow_numbers
+
+    table = pa.table({"i": pa.array(range(6), pa.int16()), "f": pa.array([0.5] * 6, pa.float32()),
+                      "u": pa.array(range(6), pa.uint32()), "b": [True, False] * 3})  # fmt: skip
+    for name in table.column_names:
+        column = table.column(name).combine_chunks().slice(2, 3)  # an offset into the buffer
+        got = arrow_numbers(column)
+        assert got.dtype == column.to_numpy(zero_copy_only=False).dtype
+        assert got.tolist() == column.to_pylist()
+
+
+WORKER_IMPORTS = """
+import sys, json
+from datamodules import StreamingDataModule
+dm = StreamingDataModule(sys.argv[1:], batch_size=4, num_workers=2, persistent_workers=False)
+loader = dm.train_dataloader()
+before = {m for m in ("pyarrow.json",) if m in sys.modules}  # (setup reads no JSON block)
+seen = sorted(i for _ in range(2) for b in loader for i in b["id"].tolist())
+after = {m for m in ("pyarrow.json", "pyarrow.parquet", "pandas") if m in sys.modules}
+print(json.dumps([sorted(before), sorted(after), seen]))
+"""
+
+
+def test_the_loader_imports_its_workers_readers_before_they_fork(tmp_path: Path) -> None:
+    # In a fresh interpreter: the readers the workers use are imported in the main process
+    # as the loader starts them (each fresh worker then has them), and none pulls in pandas.
+    import sys
+
+    from tests import subprocesses
+
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": i, "tokens": [i] * (i % 3 + 1)}) + "\n"
+                             for i in range(10)))  # fmt: skip
+    tokens = pa.array([[i] * (i % 3 + 1) for i in range(10, 20)], pa.list_(pa.int64()))
+    pq.write_table(pa.table({"id": list(range(10, 20)), "tokens": tokens}), tmp_path / "b.parquet")
+    command = [sys.executable, "-c", WORKER_IMPORTS, str(jsonl), str(tmp_path / "b.parquet")]
+    done = subprocesses.run(command, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after, seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before == [] and after == ["pyarrow.json", "pyarrow.parquet"]
+    assert seen == sorted(list(range(20)) * 2)  # two fresh epochs, every record once each
