@@ -32,10 +32,9 @@ tokens before it (teacher forcing). Token by token that is exactly what greedy d
 produce, so it equals the exact match of greedily decoded answers, computed in one pass over the
 held-out test shards. Chance: 0.1 for the digit, 0.5 for the comparison.
 
-Run: ``python examples/train_vlm.py`` (about 70 s on 2 quiet CPU cores, 2.5 minutes when they
-are shared; prints the DataModule's summary and the held-out exact match: 0.953 on the digit and
-0.794 on the comparison here, after the default 16 epochs). ``--fast`` trains 7 epochs, for the
-test.
+Run: ``python examples/train_vlm.py`` (about 50 s on 2 quiet CPU cores; prints the held-out
+exact match: 0.983 on the digit and 0.989 on the comparison here, after the default 16 epochs).
+``--fast`` trains 7 epochs (22 s; 0.792 and 0.733), for the test.
 """
 
 from __future__ import annotations
