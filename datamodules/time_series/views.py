@@ -8,6 +8,8 @@ beyond the split hidden, calendar features looked up from the grid's table.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -32,7 +34,13 @@ class WindowBatchView(SplitView):
         transform: Applied to each finished batch.
         drawn: Positions are windows of the whole plan drawn by the sampler
             (``windows_per_series``); the view's length is then the draws per epoch.
+
+    A batch is cheap to gather (slices of mapped columns), so with workers eight batches
+    travel as one message (``batches_per_message``; see :mod:`datamodules.core.loaders`):
+    indexed with a list of position batches, the view returns the list of their batches.
     """
+
+    batches_per_message = 8
 
     def __init__(
         self,
@@ -53,7 +61,9 @@ class WindowBatchView(SplitView):
         self.context_length, self.prediction_length = context_length, prediction_length
         self.known, self.calendar, self.multivariate = known, calendar, multivariate
 
-    def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+    def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
+        if isinstance(batch, list):  # several batches for one worker message
+            return [self[b] for b in batch]
         out = self.gather(batch.numpy())
         return self.transform(out) if self.transform is not None else out
 
