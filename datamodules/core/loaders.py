@@ -29,12 +29,15 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from datamodules.core.fork_guard import install as install_fork_guard
 from datamodules.core.quiet import release_held_filters
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.shared_batches import SharedBatchPool, attach_pool, iterate_with_pool
 from datamodules.core.trainer_length import remeasure_train_loader, set_train_length
 
 __all__ = ["GroupedBatches", "ResumableDataLoader", "WeakCall", "passthrough"]
+
+install_fork_guard()  # workers are forked from these loaders: see datamodules.core.fork_guard
 
 
 class WeakCall:

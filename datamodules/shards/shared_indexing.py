@@ -4,7 +4,8 @@ Under DDP (a ``torch.distributed`` process group initialised, as it is when a Tr
 ``setup``; torch is never imported here for that):
 
 * :func:`index_shards_shared`: rank ``r`` of ``W`` indexes shards ``r, r + W, ...`` (through
-  its index cache), the results are all-gathered (``all_gather_object``) and every rank keeps
+  its index cache), the results are all-gathered (through the process group's store:
+  :mod:`datamodules.core.store_exchange`, which says why) and every rank keeps
   them all in its own cache (:func:`~datamodules.shards.index.remember`). Each rank pays about
   ``1/W`` of the scan, and the job the whole scan once, however many nodes there are.
 * :func:`read_index_file`: a remote dataset index is fetched by one rank per node (the lowest
@@ -32,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from datamodules.core.skipped import Skipped
+from datamodules.core.store_exchange import gather_objects
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
 from datamodules.remote.listing import cache_root
 from datamodules.remote.retrying import RemoteOptions, call_with_retries
@@ -70,8 +72,6 @@ def _portable(error: BaseException) -> BaseException:
 def gather(work: Callable[[], T]) -> list[T]:
     """Runs ``work()`` on every rank and all-gathers the results (rank order); if it raised
     on any rank, every rank raises (this rank's own error first, else the first one)."""
-    import torch.distributed as dist
-
     try:
         payload: tuple[bool, Any] = (True, work())
     except Exception as error:  # carried to the other ranks, raised on all
@@ -79,8 +79,7 @@ def gather(work: Callable[[], T]) -> list[T]:
         own: BaseException | None = error
     else:
         own = None
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, payload)
+    gathered = gather_objects(payload)
     if own is not None:
         raise own
     for ok, value in gathered:

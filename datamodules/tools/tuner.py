@@ -38,6 +38,7 @@ import torch
 from datamodules.core.checks import check_choice, check_fraction, check_int, int_mistake
 from datamodules.core.hardware import Measurement, TuneResult, available_cpus
 from datamodules.core.loaders import ResumableDataLoader
+from datamodules.core.store_exchange import broadcast_object
 
 __all__ = [
     "DEFAULT_PREFETCH",
@@ -355,9 +356,9 @@ def _rank_world(trainer: Any) -> tuple[int, int]:
 
 
 def _broadcast(result: TuneResult | None, trainer: Any) -> TuneResult:
-    """Sends rank 0's result to every rank (the strategy's broadcast, else torch.distributed)."""
-    if trainer is not None:
-        return trainer.strategy.broadcast(result, src=0)
-    box = [result]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
+    """Sends rank 0's result to every rank: through the process group's store where there is
+    a group (:mod:`datamodules.core.store_exchange` says why not a collective), else the
+    strategy's broadcast."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return broadcast_object(result, src=0)
+    return trainer.strategy.broadcast(result, src=0)
