@@ -9,7 +9,10 @@ The loader sends waveforms (``input_values``); :class:`AudioFeatures` turns them
 * ``"whisper"``: what transformers' ``WhisperFeatureExtractor(feature_size=n_mels)`` gives
   (16 kHz, each clip zero-padded or cut to 30 s, n_fft 400, hop 160, Slaney mel filters to
   8 kHz, ``log10`` clamped to 8 below the clip's maximum, then ``(x + 4) / 4``): ``(B, n_mels,
-  3000)``.
+  3000)``. The 30-second padding is not transformed: frames whose window holds only padding
+  are silence, ``log10(1e-10) = -10`` before the clamp, so the STFT runs over the batch's own
+  length plus one window of zeros and the remaining frames are filled with that value
+  (a 5-second batch costs a sixth of a padded one; the values are the same, frame by frame).
 
 The mel filters are computed here (as ``transformers.audio_utils.mel_filter_bank`` computes
 them with ``norm="slaney", mel_scale="slaney"``), so no transformers import is needed.
@@ -92,18 +95,31 @@ class AudioFeatures:
         power = (stft.abs() ** 2).contiguous()
         return filters.T @ power
 
+    def _whisper(self, waves: torch.Tensor) -> torch.Tensor:
+        """Whisper's features of ``waves`` (B, T), zero beyond each clip: the frames that
+        see audio (up to one window past the batch's length) from the STFT, the rest silence.
+        """
+        frames = WHISPER_SAMPLES // self.hop  # 3000: Whisper leaves out the last one
+        # Enough zeros after the longest clip that the STFT's reflected end is zeros too, and
+        # every later frame's window holds only the padding.
+        length = min(WHISPER_SAMPLES, waves.shape[-1] + self.n_fft)
+        if waves.shape[-1] >= length:
+            waves = waves[..., :length]
+        else:
+            waves = torch.nn.functional.pad(waves, (0, length - waves.shape[-1]))
+        seen = self._power_mel(waves, length == WHISPER_SAMPLES).clamp(min=1e-10).log10()
+        seen = seen[..., :frames]
+        log_spec = seen.new_full((*seen.shape[:-1], frames), -10.0)  # log10(1e-10): silence
+        log_spec[..., : seen.shape[-1]] = seen
+        peak = log_spec.amax(dim=(-2, -1), keepdim=True)
+        return (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0
+
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,
         ``feature_lengths``); the rest of the batch stays."""
         waves = batch.pop("input_values").float()
         if self.kind == "whisper":
-            if waves.shape[-1] >= WHISPER_SAMPLES:
-                waves = waves[..., :WHISPER_SAMPLES]
-            else:
-                waves = torch.nn.functional.pad(waves, (0, WHISPER_SAMPLES - waves.shape[-1]))
-            log_spec = self._power_mel(waves, True).clamp(min=1e-10).log10()
-            peak = log_spec.amax(dim=(-2, -1), keepdim=True)
-            batch["input_features"] = (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0
+            batch["input_features"] = self._whisper(waves)
             return batch
         frames = self._power_mel(waves, False).clamp(min=1e-10).log()
         lengths = torch.div(batch["lengths"], self.hop, rounding_mode="floor") + 1

@@ -9,22 +9,33 @@ import torch
 from datamodules.audio.batches import pad_waveforms
 from datamodules.audio.features import AudioFeatures
 
+LENGTHS = (0.7, 2.3, 31.0)
 
-def clips() -> list[np.ndarray]:
+
+def clips(lengths: tuple[float, ...] = LENGTHS) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     out = []
-    for seconds, frequency in ((0.7, 300.0), (2.3, 1234.0), (31.0, 440.0)):
+    for seconds, frequency in zip(lengths, (300.0, 1234.0, 440.0), strict=True):
         t = np.arange(int(seconds * 16000)) / 16000
         wave = 0.4 * np.sin(2 * np.pi * frequency * t) + 0.05 * rng.standard_normal(len(t))
         out.append(wave.astype(np.float32))
     return out
 
 
-@pytest.mark.parametrize("n_mels", [80, 128])
-def test_whisper_features_equal_transformers(n_mels: int) -> None:
+@pytest.mark.parametrize(
+    ("n_mels", "lengths"),
+    [
+        (80, LENGTHS),  # a clip past 30 s: the whole window is transformed
+        (128, LENGTHS),
+        (80, (0.7, 2.3, 4.0)),  # short clips only: the padding's frames are filled, not computed
+        (80, (0.7, 29.99, 5.0)),  # the longest clip ends less than a window before 30 s
+    ],
+)
+def test_whisper_features_equal_transformers(n_mels: int, lengths: tuple[float, ...]) -> None:
     from transformers import WhisperFeatureExtractor
 
-    waves = clips()
+    waves = clips(lengths)
+    waves[0][-400:] = 0.9  # a loud end: the frames at each clip's end see it
     expected = WhisperFeatureExtractor(feature_size=n_mels)(
         waves, sampling_rate=16000, return_tensors="np"
     )["input_features"]
