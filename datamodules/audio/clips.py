@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.audio.decoding import AudioDecodeError, audio_info
+from datamodules.audio.files import AudioFiles, folder_of, resolve
 from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import numbered_jsonl
@@ -114,15 +115,17 @@ def parse_record(
     bad: Callable[[str], None],
     text_key: str | None,
     label_key: str | None,
+    files: AudioFiles,
 ) -> dict[str, Any] | None:
     """One NeMo-style record as ``{"path", "offset", "duration", "text"?, "label"?}``, or None
-    after calling ``bad(why)`` (relative ``audio_filepath`` resolve against ``base``)."""
+    after calling ``bad(why)`` (relative ``audio_filepath`` resolve against ``base``, a folder
+    or a folder's URL; a header read for a missing ``duration`` goes through ``files``)."""
     if not isinstance(record, dict) or not isinstance(record.get("audio_filepath"), str):
         bad("no 'audio_filepath' (a string) in the record")
         return None
     given = record["audio_filepath"]
-    audio = given if os.path.isabs(given) or "://" in given else os.path.join(base, given)
-    if not os.path.exists(audio):
+    audio = resolve(given, base)
+    if not files.exists(audio):
         bad(f"audio_filepath {given!r} does not exist ({audio})")
         return None
     offset = record.get("offset", 0.0) or 0.0
@@ -130,7 +133,7 @@ def parse_record(
     out: dict[str, Any] = {"path": audio}
     if duration is None:
         try:
-            info = audio_info(audio)
+            info = audio_info(audio, files)
         except AudioDecodeError as error:
             bad(f"cannot read the header of {audio}: {error.reason}")
             return None
@@ -179,13 +182,14 @@ def read_manifest(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
     """The usable records of one NeMo manifest (see :func:`parse_record`, plus ``"where"``),
-    read by the shard layer; a bad line raises (or is counted in ``skipped``), naming file and
-    line."""
-    base = os.path.dirname(os.path.abspath(path))
+    local or remote, read by the shard layer; a bad line raises (or is counted in
+    ``skipped``), naming file and line."""
+    base = folder_of(path)
     records = []
-    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    lines = ShardLines(path, detect_format(path, "jsonl")[1], options=files.options)
     try:
         for number, record in numbered_jsonl(lines, on_error, skipped):
             where = where_in(path, number)
@@ -193,7 +197,7 @@ def read_manifest(
             def bad(why: str, number: int = number, where: str = where) -> None:
                 fail(where, why, on_error, skipped, path, number)
 
-            out = parse_record(record, base, bad, text_key, label_key)
+            out = parse_record(record, base, bad, text_key, label_key, files)
             if out is not None:
                 out["where"] = where
                 records.append(out)
@@ -209,8 +213,10 @@ def records_in_memory(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
-    """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``."""
+    """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``; relative
+    paths resolve against the working directory."""
     out = []
     for number, record in enumerate(records):
         where = f"record {number}"
@@ -218,7 +224,7 @@ def records_in_memory(
         def bad(why: str, where: str = where) -> None:
             fail(where, why, on_error, skipped, "records", where)
 
-        parsed = parse_record(record, os.getcwd(), bad, text_key, label_key)
+        parsed = parse_record(record, os.getcwd(), bad, text_key, label_key, files)
         if parsed is not None:
             parsed["where"] = where
             out.append(parsed)

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, is_manifest
+from datamodules.audio.clips import ClipIndex
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
-from datamodules.audio.inputs import read_inputs
-from datamodules.audio.shard_clips import is_table, is_tar
+from datamodules.audio.files import AudioFiles
+from datamodules.audio.inputs import first_record_has, read_inputs
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import (
@@ -45,10 +45,8 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.shards.formats import detect_format
-from datamodules.shards.jsonl import numbered_jsonl
-from datamodules.shards.lines import ShardLines
-from datamodules.shards.records import read_records
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.stream_parts.arguments import remote_options
 from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["AudioDataModule"]
@@ -119,6 +117,13 @@ class AudioDataModule(BaseDataModule):
         on_error: ``"raise"`` or ``"skip"`` bad records and undecodable clips, named with
             their file and line and counted in :attr:`skipped`.
         bucket: Group train clips of similar length when batching by ``batch_size``.
+        storage_options: Passed to fsspec for remote inputs and audio files (``http(s)://``,
+            ``s3://``...; e.g. an S3 ``endpoint_url``); credentials are never saved.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        cache_dir: Keep remote audio files in this directory (downloaded once, shared by
+            processes and runs); None reads them in place with range requests.
+        cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold (LRU).
     """
 
     work = "decode"
@@ -144,6 +149,11 @@ class AudioDataModule(BaseDataModule):
         decoder: str = "soundfile",
         on_error: str = "raise",
         bucket: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -208,7 +218,14 @@ class AudioDataModule(BaseDataModule):
         self.features, self.n_mels = features, n_mels
         self.max_duration, self.max_seconds, self.overlong = max_duration, max_seconds, overlong
         self.mono, self.decoder, self.on_error, self.bucket = mono, decoder, on_error, bucket
-        self.audio_decoder = AudioDecoder(sample_rate, mono, decoder)
+        storage_options = restored_storage_options(storage_options)
+        remote, limit = remote_options(
+            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        )
+        save_without_credentials(self, storage_options)
+        #: Opens inputs and audio files, local or remote (the remote options of streams).
+        self.files = AudioFiles(remote, cache_dir, limit)
+        self.audio_decoder = AudioDecoder(sample_rate, mono, decoder, self.files)
         self.extractor = (
             None if features == "waveform" else AudioFeatures(features, sample_rate, n_mels)
         )
@@ -236,7 +253,7 @@ class AudioDataModule(BaseDataModule):
             return None
         text_key = self.text_key
         if text_key is None:
-            text_key = "text" if _first_record_has(spec, "text") else None
+            text_key = "text" if first_record_has(spec, "text", self.files) else None
         index = read_inputs(
             spec,
             sample_rate=self.sample_rate,
@@ -246,6 +263,7 @@ class AudioDataModule(BaseDataModule):
             on_error=self.on_error,
             skipped=self._skipped,
             classes=classes,
+            files=self.files,
         )
         return self._limit(index)
 
@@ -414,27 +432,3 @@ class AudioDataModule(BaseDataModule):
         if self._skipped.total:
             lines.append(self._skipped.summary())
         return lines
-
-
-def _first_record_has(spec: Any, key: str) -> bool:
-    """Whether the first record of a manifest (or of records in memory) holds ``key``."""
-    items = spec if isinstance(spec, (list, tuple)) else [spec]
-    if not items:
-        return False
-    first = items[0]
-    if isinstance(first, dict):
-        return key in first
-    path = os.fspath(first)
-    if is_table(path) and os.path.isfile(path):
-        return any(key in row for row in read_records(path, stop=1))
-    if is_tar(path) and os.path.isfile(path):
-        return any(k in row for row in read_records(path, stop=1) for k in ("txt", "text"))
-    if not is_manifest(path) or not os.path.isfile(path):
-        return False
-    lines = ShardLines(path, detect_format(path, "jsonl")[1])
-    try:
-        for _, record in numbered_jsonl(lines, "skip", Skipped()):
-            return isinstance(record, dict) and key in record
-    finally:
-        lines.close()
-    return False

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from datamodules.audio.files import AudioFiles
 
 __all__ = [
     "DECODERS",
@@ -50,16 +53,25 @@ class AudioInfo(NamedTuple):
         return self.frames / self.sample_rate
 
 
-def audio_info(path: Any) -> AudioInfo:
+def audio_info(path: Any, files: AudioFiles | None = None) -> AudioInfo:
     """Reads ``path``'s header (no decode); ``path`` may also be a binary file object.
 
+    Args:
+        path: A path, a URL (opened by ``files``) or a binary file object.
+        files: Opens paths and URLs (None: local paths only).
+
     Raises:
-        AudioDecodeError: The file is missing or libsndfile cannot read its header.
+        AudioDecodeError: The file is missing, cannot be fetched, or libsndfile cannot read
+            its header.
     """
     import soundfile
 
     try:
-        info = soundfile.info(path)
+        if files is not None and isinstance(path, str):
+            with files.open(path) as source:
+                info = soundfile.info(source)
+        else:
+            info = soundfile.info(path)
     except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError
         raise AudioDecodeError(str(path), _reason(error)) from error
     return AudioInfo(int(info.frames), int(info.samplerate), int(info.channels))
@@ -82,10 +94,19 @@ class AudioDecoder:
         sample_rate: The rate every clip is resampled to (soxr, high quality).
         mono: Average the channels into one.
         decoder: ``"soundfile"`` or ``"torchcodec"``.
+        files: Opens paths and URLs (:class:`~datamodules.audio.files.AudioFiles`; None:
+            local paths only).
     """
 
-    def __init__(self, sample_rate: int = 16000, mono: bool = True, decoder: str = "soundfile"):
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        mono: bool = True,
+        decoder: str = "soundfile",
+        files: AudioFiles | None = None,
+    ):
         self.sample_rate, self.mono, self.decoder = sample_rate, mono, decoder
+        self.files = files
 
     def _frames(self, path: Any, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
         """The segment's frames ``(T, C)`` float32 and the file's rate."""
@@ -127,7 +148,11 @@ class AudioDecoder:
         name = where or ("encoded bytes" if isinstance(path, bytes) else os.fspath(path))
         source = path if isinstance(path, bytes) else os.fspath(path)
         try:
-            frames, rate = self._frames(source, offset, duration)
+            if self.files is not None and isinstance(source, str):
+                with self.files.open(source) as opened:
+                    frames, rate = self._frames(opened, offset, duration)
+            else:
+                frames, rate = self._frames(source, offset, duration)
         except Exception as error:
             raise AudioDecodeError(name, _reason(error)) from error
         if not len(frames):
