@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.audio.decoding import AudioDecodeError, audio_info
+from datamodules.audio.decoding import AudioDecodeError
 from datamodules.audio.files import AudioFiles, folder_of, resolve
 from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.formats import detect_format
@@ -133,7 +133,7 @@ def parse_record(
     out: dict[str, Any] = {"path": audio}
     if duration is None:
         try:
-            info = audio_info(audio, files)
+            info = files.info(audio)
         except AudioDecodeError as error:
             bad(f"cannot read the header of {audio}: {error.reason}")
             return None
@@ -191,16 +191,17 @@ def read_manifest(
     records = []
     lines = ShardLines(path, detect_format(path, "jsonl")[1], options=files.options)
     try:
-        for number, record in numbered_jsonl(lines, on_error, skipped):
-            where = where_in(path, number)
+        with files.headers.of(path):
+            for number, record in numbered_jsonl(lines, on_error, skipped):
+                where = where_in(path, number)
 
-            def bad(why: str, number: int = number, where: str = where) -> None:
-                fail(where, why, on_error, skipped, path, number)
+                def bad(why: str, number: int = number, where: str = where) -> None:
+                    fail(where, why, on_error, skipped, path, number)
 
-            out = parse_record(record, base, bad, text_key, label_key, files)
-            if out is not None:
-                out["where"] = where
-                records.append(out)
+                out = parse_record(record, base, bad, text_key, label_key, files)
+                if out is not None:
+                    out["where"] = where
+                    records.append(out)
     finally:
         lines.close()
     return records
@@ -232,23 +233,31 @@ def records_in_memory(
 
 
 def scan_class_folders(
-    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
 ) -> list[dict[str, Any]]:
     """Records of a folder of class sub-folders: ``{"path", "offset", "duration", "where",
-    "label"}`` (label: the sub-folder's name), durations from the headers."""
+    "label"}`` (label: the sub-folder's name), durations from the headers (cached across
+    runs by ``files.headers``)."""
+    with files.headers.of(root, folder=True):
+        return _scan(root, extensions, skipped, on_error, files)
+
+
+def _scan(
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
+) -> list[dict[str, Any]]:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root!r} is not a folder of class sub-folders.")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     records = []
     for name in classes:
-        for folder, dirs, files in os.walk(os.path.join(root, name)):
+        for folder, dirs, names in os.walk(os.path.join(root, name)):
             dirs.sort()
-            for file in sorted(files):
+            for file in sorted(names):
                 if not file.lower().endswith(tuple(f".{e}" for e in extensions)):
                     continue
                 path = os.path.join(folder, file)
                 try:
-                    info = audio_info(path)
+                    info = files.info(path)
                 except AudioDecodeError as error:
                     fail(
                         path,

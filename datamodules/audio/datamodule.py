@@ -27,6 +27,7 @@ from datamodules.audio.clips import ClipIndex
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.audio.files import AudioFiles
+from datamodules.audio.header_cache import index_cache_dir
 from datamodules.audio.inputs import first_record_has, read_inputs
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
@@ -124,6 +125,9 @@ class AudioDataModule(BaseDataModule):
         cache_dir: Keep remote audio files in this directory (downloaded once, shared by
             processes and runs); None reads them in place with range requests.
         cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold (LRU).
+        index_cache: Where the headers read for durations are cached across runs: a
+            directory, None for the default (``$DATAMODULES_CACHE/audio`` or
+            ``~/.cache/datamodules/audio``), False to read them at every setup.
     """
 
     work = "decode"
@@ -154,6 +158,7 @@ class AudioDataModule(BaseDataModule):
         timeout: float = 60.0,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
+        index_cache: str | os.PathLike | bool | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -224,7 +229,7 @@ class AudioDataModule(BaseDataModule):
         )
         save_without_credentials(self, storage_options)
         #: Opens inputs and audio files, local or remote (the remote options of streams).
-        self.files = AudioFiles(remote, cache_dir, limit)
+        self.files = AudioFiles(remote, cache_dir, limit, index_cache_dir(index_cache))
         self.audio_decoder = AudioDecoder(sample_rate, mono, decoder, self.files)
         self.extractor = (
             None if features == "waveform" else AudioFeatures(features, sample_rate, n_mels)

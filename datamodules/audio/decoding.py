@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import io
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from datamodules.audio.files import AudioFiles
 
 __all__ = [
     "DECODERS",
@@ -53,7 +50,7 @@ class AudioInfo(NamedTuple):
         return self.frames / self.sample_rate
 
 
-def audio_info(path: Any, files: AudioFiles | None = None) -> AudioInfo:
+def audio_info(path: Any, files: Any = None) -> AudioInfo:
     """Reads ``path``'s header (no decode); ``path`` may also be a binary file object.
 
     Args:
@@ -103,7 +100,7 @@ class AudioDecoder:
         sample_rate: int = 16000,
         mono: bool = True,
         decoder: str = "soundfile",
-        files: AudioFiles | None = None,
+        files: Any = None,
     ):
         self.sample_rate, self.mono, self.decoder = sample_rate, mono, decoder
         self.files = files

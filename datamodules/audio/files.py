@@ -22,6 +22,8 @@ import posixpath
 from collections.abc import Iterator
 from typing import IO, Any
 
+from datamodules.audio.decoding import AudioInfo, audio_info
+from datamodules.audio.header_cache import HeaderCache
 from datamodules.remote.cache import ShardCache
 from datamodules.remote.files import is_remote, open_seekable_remote
 from datamodules.remote.listing import file_version
@@ -54,6 +56,8 @@ class AudioFiles:
             defaults.
         cache_dir: Keep remote audio files in this directory (None: read them in place).
         cache_limit: Bytes the cache may hold (LRU), or None.
+        index_dir: Where headers are cached across runs
+            (:class:`~datamodules.audio.header_cache.HeaderCache`); None: read at every setup.
     """
 
     def __init__(
@@ -61,9 +65,12 @@ class AudioFiles:
         options: RemoteOptions | None = None,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
+        index_dir: str | None = None,
     ) -> None:
         self.options = options or default_options()
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.options)
+        #: Headers read once per input and cached across runs.
+        self.headers = HeaderCache(index_dir, self.options)
         self._versions: dict[str, tuple[str | None, int | None]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -75,6 +82,14 @@ class AudioFiles:
         """Whether a local file exists; a URL is taken to (a missing one fails when read,
         named), so that a manifest costs no request per clip."""
         return is_remote(path) or os.path.exists(path)
+
+    def info(self, path: str) -> AudioInfo:
+        """``path``'s header (frames, rate, channels): from the header cache, else read.
+
+        Raises:
+            AudioDecodeError: The header cannot be read (missing, unreachable, not audio).
+        """
+        return self.headers.info(path, lambda p: audio_info(p, self))
 
     def _version(self, url: str) -> tuple[str | None, int | None]:
         if url not in self._versions:

@@ -51,7 +51,7 @@ def _records_of(
     records: list[dict[str, Any]] = []
     for path in expanded(specs, files):
         if not is_remote(path) and os.path.isdir(path):
-            records += scan_class_folders(path, audio_key, skipped, on_error)
+            records += scan_class_folders(path, audio_key, skipped, on_error, files)
         elif is_tar(path):
             records += read_tar(
                 path, extensions=audio_key, text_key=text_key, label_key=label_key,

@@ -165,3 +165,29 @@ def test_tars_a_parquet_table_and_a_manifest_from_s3(s3) -> None:
     assert dm.index is not None and "s3://audio/files/c6.wav" in dm.index.paths
     assert "secret" not in dm.hparams["storage_options"]
     assert dm.unsaved_arguments["storage_options.secret"] == "a credential"
+
+
+def test_remote_headers_are_read_once_and_cached_across_runs(served, tmp_path: Path) -> None:
+    root, server = served
+
+    def indexed() -> AudioDataModule:
+        dm = AudioDataModule(
+            f"{server.url}/bare.jsonl", val_split=0, num_workers=0, index_cache=tmp_path / "i"
+        )
+        dm.setup("fit")
+        return dm
+
+    first = indexed()
+    assert first.files.headers.reads == N
+    assert all(
+        server.requests[("GET", f"/{clip_path(root, i).relative_to(root)}")] for i in range(N)
+    )
+    server.reset()
+    second = indexed()
+    assert second.files.headers.reads == 0
+    assert [p for (_, p) in server.requests if "/audio/" in p] == []  # no request per clip
+    assert first.index is not None and second.index is not None
+    np.testing.assert_array_equal(second.index.lengths, first.index.lengths)
+    assert first.index.lengths.tolist() == [
+        len(soundfile.read(clip_path(root, i))[0]) for i in range(N)
+    ]
