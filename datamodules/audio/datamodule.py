@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.audio.batches import AudioBatchView
+from datamodules.audio.batches import AudioBatchView, float_waveforms
 from datamodules.audio.clips import ClipIndex
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
@@ -83,9 +83,12 @@ class AudioDataModule(BaseDataModule):
     and averaged to mono; a manifest segment (``offset`` / ``duration``) reads only its frames.
     Durations come from the manifest or the file headers: batching never decodes to measure.
 
-    A batch is a dict: ``input_values`` float32 (B, T), ``attention_mask``, ``lengths``
-    (samples), then ``label`` (int64: folders, or ``label_key``), and ``labels`` (token ids,
-    -100 padded, with a ``tokenizer``) or ``text`` (strings) for transcripts. With
+    A batch is a dict: ``input_values`` float32 (B, T) (int16 out of the loader where every
+    clip is 16-bit PCM at ``sample_rate`` with nothing to resample or average: half the bytes
+    to move; :meth:`on_after_batch_transfer` makes it the exact float32 on the device),
+    ``attention_mask``, ``lengths`` (samples), then ``label`` (int64: folders, or
+    ``label_key``), and ``labels`` (token ids, -100 padded, with a ``tokenizer``) or ``text``
+    (strings) for transcripts. With
     ``features="log_mel"`` or ``"whisper"`` the waveforms cross to the device as they are and
     become ``input_features`` there (:meth:`on_after_batch_transfer`).
 
@@ -392,10 +395,13 @@ class AudioDataModule(BaseDataModule):
             )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Computes ``input_features`` on the batch's device (``features`` other than
-        ``"waveform"``)."""
-        if self.extractor is not None and isinstance(batch, dict) and "input_values" in batch:
-            return self.extractor(batch)
+        """On the batch's device: int16 ``input_values`` (16-bit PCM at the target rate) become
+        exactly the float32 the decoder gives, then ``input_features`` are computed
+        (``features`` other than ``"waveform"``)."""
+        if isinstance(batch, dict) and "input_values" in batch:
+            batch = float_waveforms(batch)
+            if self.extractor is not None:
+                return self.extractor(batch)
         return batch
 
     # ------------------------------------------------------------------ views of the data

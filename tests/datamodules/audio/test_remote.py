@@ -35,6 +35,7 @@ def waves_by_id(dm: AudioDataModule) -> dict[int, np.ndarray]:
     dm.setup("fit")
     out = {}
     for batch in dm.train_dataloader():
+        batch = dm.on_after_batch_transfer(batch, 0)  # int16 PCM -> float32, as on the device
         for row, i in enumerate(batch_ids(batch)):
             out[i] = batch["input_values"][row, : batch["lengths"][row]].numpy()
     return out
@@ -153,7 +154,7 @@ def test_tars_a_parquet_table_and_a_manifest_from_s3(s3) -> None:
         storage_options=s3, val_split=0, batch_size=8, num_workers=0, shuffle=False,
     )  # fmt: skip
     dm.setup("fit")
-    (batch,) = list(dm.train_dataloader())
+    (batch,) = [dm.on_after_batch_transfer(b, 0) for b in dm.train_dataloader()]
     ids = batch_ids(batch)
     assert sorted(ids) == list(range(8))
     assert batch["text"] == [f"clip {i}" for i in ids]
