@@ -64,6 +64,7 @@ class ClipIndex:
         classes: Class names in label order, or None (labels given as ints).
         sample_rate: The target rate of :attr:`lengths`.
         blobs: The encoded audio of clips stored in a table (Parquet, Arrow), else None.
+        sources: The number of each clip's Source in a mixture, else None.
     """
 
     paths: list[str]
@@ -75,6 +76,7 @@ class ClipIndex:
     classes: list[str] | None = None
     sample_rate: int = 16000
     blobs: list[bytes | None] | None = None
+    sources: np.ndarray | None = None
     lengths: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +98,7 @@ class ClipIndex:
             self.classes,
             self.sample_rate,
             None if self.blobs is None else [self.blobs[i] for i in rows],
+            None if self.sources is None else self.sources[keep],
         )
         out.lengths = self.lengths[keep]
         return out

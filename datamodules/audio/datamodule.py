@@ -29,6 +29,7 @@ from datamodules.audio.features import FEATURES, AudioFeatures
 from datamodules.audio.files import AudioFiles
 from datamodules.audio.header_cache import index_cache_dir
 from datamodules.audio.inputs import first_record_has, read_inputs
+from datamodules.audio.mixing import ClipMixture, MixedClipView, check_split_input
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import (
@@ -41,6 +42,7 @@ from datamodules.core.checks import (
 )
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.mixture import Source
 from datamodules.core.overlong import OVERLONG, OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import SkipChannel, Skipped
@@ -53,19 +55,6 @@ from datamodules.tokenizing.loading import load_tokenizer
 __all__ = ["AudioDataModule"]
 
 Inputs = str | os.PathLike | list | tuple | None
-
-
-def _check_inputs(value: Any, name: str, allow_none: bool) -> Any:
-    if value is None and allow_none:
-        return value
-    items = value if isinstance(value, (list, tuple)) else [value]
-    if items and all(isinstance(v, (str, os.PathLike)) for v in items):
-        return value
-    accepted = (
-        "a manifest (.json / .jsonl), a Parquet / Arrow table, a tar shard or a class folder, "
-        "or a list of them"
-    )
-    raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
 
 
 class AudioDataModule(BaseDataModule):
@@ -131,6 +120,8 @@ class AudioDataModule(BaseDataModule):
         index_cache: Where the headers read for durations are cached across runs: a
             directory, None for the default (``$DATAMODULES_CACHE/audio`` or
             ``~/.cache/datamodules/audio``), False to read them at every setup.
+        epoch_size: With weighted train Sources: clips per epoch over all ranks (default:
+            all the sources' clips), split between them by weight.
     """
 
     work = "decode"
@@ -162,6 +153,7 @@ class AudioDataModule(BaseDataModule):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         index_cache: str | os.PathLike | bool | None = None,
+        epoch_size: int | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -181,10 +173,10 @@ class AudioDataModule(BaseDataModule):
     ) -> None:
         super().__init__(**shared_arguments(locals()))
         self.train, self.val, self.test = (
-            _check_inputs(train, "train", allow_none=type(self).load_manifest
-                          is not AudioDataModule.load_manifest),
-            _check_inputs(val, "val", True),
-            _check_inputs(test, "test", True),
+            check_split_input(train, "train", allow_none=type(self).load_manifest
+                              is not AudioDataModule.load_manifest),
+            check_split_input(val, "val", True),
+            check_split_input(test, "test", True),
         )  # fmt: skip
         check_int(sample_rate, "sample_rate", 1)
         check_string(audio_key, "audio_key", "extensions separated by ';' (e.g. 'flac;wav')")
@@ -205,6 +197,15 @@ class AudioDataModule(BaseDataModule):
             raise ValueError(
                 f"sample_rate={sample_rate} is not accepted with features='whisper': Whisper "
                 "features are defined at 16000 Hz."
+            )
+        check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        #: The train split's Sources (``train=[Source(...), ...]``): quotas, logs, summary.
+        self.mix = ClipMixture(self.train if _sources(self.train) else None, epoch_size)
+        self.mix.owner = self
+        if self.mix.sources is not None and max_duration is not None:
+            raise ValueError(
+                f"max_duration={max_duration!r} is not accepted with train Sources: a mixture "
+                "batches batch_size clips; give batch_size= (or one input)."
             )
         if features != "waveform" and not mono:
             raise ValueError(
@@ -259,21 +260,26 @@ class AudioDataModule(BaseDataModule):
         spec = self.load_manifest(split)
         if spec is None:
             return None
+        mixed = isinstance(spec, list) and spec and isinstance(spec[0], Source)
         text_key = self.text_key
         if text_key is None:
-            text_key = "text" if first_record_has(spec, "text", self.files) else None
-        index = read_inputs(
-            spec,
-            sample_rate=self.sample_rate,
-            audio_key=[e.strip() for e in self.audio_key.split(";") if e.strip()],
-            text_key=text_key or None,
-            label_key=self.label_key,
-            on_error=self.on_error,
-            skipped=self._skipped,
-            classes=classes,
-            files=self.files,
-        )
-        return self._limit(index)
+            first = spec[0].files if mixed else spec
+            text_key = "text" if first_record_has(first, "text", self.files) else None
+
+        def read_one(inputs: Any) -> ClipIndex:
+            return read_inputs(
+                inputs,
+                sample_rate=self.sample_rate,
+                audio_key=[e.strip() for e in self.audio_key.split(";") if e.strip()],
+                text_key=text_key or None,
+                label_key=self.label_key,
+                on_error=self.on_error,
+                skipped=self._skipped,
+                classes=classes,
+                files=self.files,
+            )
+
+        return self._limit(ClipMixture.read(spec, read_one) if mixed else read_one(spec))
 
     def _limit(self, index: ClipIndex) -> ClipIndex:
         """Applies ``max_seconds`` (drop, truncate or error) and checks ``max_duration``."""
@@ -342,11 +348,14 @@ class AudioDataModule(BaseDataModule):
         return len(dataset)
 
     def make_view(self, split: str, dataset: ClipIndex, indices: torch.Tensor) -> SplitView:
-        return AudioBatchView(
-            dataset,
-            indices,
-            self.audio_decoder,
-            self.transform_for(split),
+        if split == "train" and self.mix.sources is not None:
+            return self.mix.view(dataset, indices, self.shuffle, **self._view_options(split))
+        return AudioBatchView(dataset, indices, **self._view_options(split))
+
+    def _view_options(self, split: str) -> dict[str, Any]:
+        return dict(
+            decoder=self.audio_decoder,
+            transform=self.transform_for(split),
             train=split == "train",
             max_seconds=self.max_seconds if self.overlong == "truncate" else None,
             tokenizer=self.tokenizer,
@@ -358,6 +367,11 @@ class AudioDataModule(BaseDataModule):
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         assert isinstance(view, AudioBatchView)
         train = split == "train"
+        if isinstance(view, MixedClipView):
+            return ClipMixture.sampler(
+                view, self.batch_size, self.shuffle and train, drop_last=self.drop_last and train,
+                seed=self.shuffle_seed, num_replicas=world, rank=rank,
+            )  # fmt: skip
         lengths = torch.from_numpy(view.index.lengths)[view.indices]
         by_seconds = self.max_duration is not None
         return BucketBatchSampler(
@@ -404,6 +418,15 @@ class AudioDataModule(BaseDataModule):
                 return self.extractor(batch)
         return batch
 
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The clips each train Source gives in ``epoch``, by source name (a mixture only)."""
+        return self.mix.quotas(epoch, split)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs each epoch's quotas of a train mixture as ``mix/<name>`` (its first batch)."""
+        self.mix.log()
+        return batch
+
     # ------------------------------------------------------------------ views of the data
     @property
     def classes(self) -> list[str] | None:
@@ -442,4 +465,8 @@ class AudioDataModule(BaseDataModule):
             )
         if self._skipped.total:
             lines.append(self._skipped.summary())
-        return lines
+        return lines + self.mix.summary_lines()
+
+
+def _sources(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], Source)
