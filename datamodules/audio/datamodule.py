@@ -4,12 +4,13 @@ seconds of audio, features computed on the Trainer's device.
 Composed of parts that hold their own state: the clip index (:mod:`datamodules.audio.clips`:
 manifests and class folders, :mod:`datamodules.audio.shard_clips`: tars and Parquet / Arrow
 tables through the shard layer, :mod:`datamodules.audio.inputs`: one split's inputs;
-durations without decoding), the decoder
-(:mod:`datamodules.audio.decoding`: soundfile + soxr), the batch view
-(:mod:`datamodules.audio.batches`), the length-bucketed sampler of
+durations without decoding, their headers cached by :mod:`datamodules.audio.header_cache`),
+the file opener (:mod:`datamodules.audio.files`: local, HTTP, S3 with the remote options of
+streams), the decoder (:mod:`datamodules.audio.decoding`: soundfile + soxr, int16 where
+lossless), the batch view (:mod:`datamodules.audio.batches`), the length-bucketed sampler of
 :mod:`datamodules.core.buckets` (``max_duration`` is its budget in samples, padding counted;
-DDP-even and elastically resumable) and the feature extractor
-(:mod:`datamodules.audio.features`).
+DDP-even and elastically resumable), Source mixtures (:mod:`datamodules.audio.mixing`) and
+the feature extractor (:mod:`datamodules.audio.features`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class AudioDataModule(BaseDataModule):
 
     Args:
         train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
-            folder, or a list of them.
+            folder (paths or URLs, globs and brace patterns), or a list of them; or a list of
+            :class:`~datamodules.Source` (a mixture, batched by ``batch_size``).
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.
         sample_rate: Samples per second of every clip after resampling.

@@ -85,10 +85,11 @@ class HeaderCache:
         self._key: Any = None
         self._headers: dict[str, list[Any]] = {}
         self._changed = False
+        self._pending: tuple[str, bool] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_file=None, _key=None, _headers={}, _changed=False)
+        state.update(_file=None, _key=None, _headers={}, _changed=False, _pending=None)
         return state
 
     def _load(self, key: Any) -> None:
@@ -119,22 +120,31 @@ class HeaderCache:
 
     @contextlib.contextmanager
     def of(self, source: str, folder: bool = False) -> Iterator[None]:
-        """Loads the headers cached for the input ``source`` (a manifest, or with ``folder``
-        a class folder), and saves them after the block if it read new ones."""
-        if folder:
-            key: Any = {"folder": os.path.abspath(source)}
-        else:
-            key = {"manifest": file_version(source, self.options) or {"path": source}}
-        self._load(key)
+        """Within the block, headers are those cached for the input ``source`` (a manifest, or
+        with ``folder`` a class folder), loaded at the first header asked for (a manifest whose
+        records all give durations costs nothing); saved after the block if new ones were
+        read."""
+        self._pending = (source, folder)
         try:
             yield
         finally:
             self._save()
-            self._file, self._headers = None, {}
+            self._pending, self._file, self._headers = None, None, {}
+
+    def _open_pending(self) -> None:
+        if self._pending is None:
+            return
+        source, folder = self._pending
+        self._pending = None
+        if folder:
+            self._load({"folder": os.path.abspath(source)})
+        else:
+            self._load({"manifest": file_version(source, self.options) or {"path": source}})
 
     def info(self, path: str, read: Callable[[str], AudioInfo]) -> AudioInfo:
         """``path``'s header from the cache when its file is unchanged, else ``read(path)``
         (kept for the next run)."""
+        self._open_pending()
         stamp = _stamp(path)
         kept = self._headers.get(path)
         if kept is not None and kept[3] == stamp:

@@ -251,4 +251,14 @@ class ClipMixture:
         ``num_replicas``, ``rank``)."""
         sampler = MixedSampler(view.mixture, batch_size, shuffle, **kwargs)
         sampler.unit = "clip"
+
+        def refuse(saved: dict[str, Any], interrupted: bool) -> Mixture:
+            changes = view.mixture.changes(saved) or ["the sources' clips or positions"]
+            raise ValueError(
+                "cannot resume the audio mixture: its mix differs from the checkpoint's ("
+                + "; ".join(changes)
+                + "); resume with the checkpoint's Sources, weights and epoch_size."
+            )
+
+        sampler.resume = refuse
         return sampler
