@@ -171,6 +171,7 @@ OWN_JSON = {
     "datamodules.stream_engine.position",
     "datamodules.time_series.store",
     "datamodules.time_series.datamodule",
+    "datamodules.audio.header_cache",
 }
 
 

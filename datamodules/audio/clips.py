@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.audio.decoding import AudioDecodeError, audio_info
+from datamodules.audio.decoding import AudioDecodeError
+from datamodules.audio.files import AudioFiles, folder_of, resolve
 from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.formats import detect_format
 from datamodules.shards.jsonl import numbered_jsonl
@@ -63,6 +64,7 @@ class ClipIndex:
         classes: Class names in label order, or None (labels given as ints).
         sample_rate: The target rate of :attr:`lengths`.
         blobs: The encoded audio of clips stored in a table (Parquet, Arrow), else None.
+        sources: The number of each clip's Source in a mixture, else None.
     """
 
     paths: list[str]
@@ -74,6 +76,7 @@ class ClipIndex:
     classes: list[str] | None = None
     sample_rate: int = 16000
     blobs: list[bytes | None] | None = None
+    sources: np.ndarray | None = None
     lengths: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +98,7 @@ class ClipIndex:
             self.classes,
             self.sample_rate,
             None if self.blobs is None else [self.blobs[i] for i in rows],
+            None if self.sources is None else self.sources[keep],
         )
         out.lengths = self.lengths[keep]
         return out
@@ -114,15 +118,17 @@ def parse_record(
     bad: Callable[[str], None],
     text_key: str | None,
     label_key: str | None,
+    files: AudioFiles,
 ) -> dict[str, Any] | None:
     """One NeMo-style record as ``{"path", "offset", "duration", "text"?, "label"?}``, or None
-    after calling ``bad(why)`` (relative ``audio_filepath`` resolve against ``base``)."""
+    after calling ``bad(why)`` (relative ``audio_filepath`` resolve against ``base``, a folder
+    or a folder's URL; a header read for a missing ``duration`` goes through ``files``)."""
     if not isinstance(record, dict) or not isinstance(record.get("audio_filepath"), str):
         bad("no 'audio_filepath' (a string) in the record")
         return None
     given = record["audio_filepath"]
-    audio = given if os.path.isabs(given) or "://" in given else os.path.join(base, given)
-    if not os.path.exists(audio):
+    audio = resolve(given, base)
+    if not files.exists(audio):
         bad(f"audio_filepath {given!r} does not exist ({audio})")
         return None
     offset = record.get("offset", 0.0) or 0.0
@@ -130,7 +136,7 @@ def parse_record(
     out: dict[str, Any] = {"path": audio}
     if duration is None:
         try:
-            info = audio_info(audio)
+            info = files.info(audio)
         except AudioDecodeError as error:
             bad(f"cannot read the header of {audio}: {error.reason}")
             return None
@@ -179,24 +185,26 @@ def read_manifest(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
     """The usable records of one NeMo manifest (see :func:`parse_record`, plus ``"where"``),
-    read by the shard layer; a bad line raises (or is counted in ``skipped``), naming file and
-    line."""
-    base = os.path.dirname(os.path.abspath(path))
+    local or remote, read by the shard layer; a bad line raises (or is counted in
+    ``skipped``), naming file and line."""
+    base = folder_of(path)
     records = []
-    lines = ShardLines(path, detect_format(path, "jsonl")[1])
+    lines = ShardLines(path, detect_format(path, "jsonl")[1], options=files.options)
     try:
-        for number, record in numbered_jsonl(lines, on_error, skipped):
-            where = where_in(path, number)
+        with files.headers.of(path):
+            for number, record in numbered_jsonl(lines, on_error, skipped):
+                where = where_in(path, number)
 
-            def bad(why: str, number: int = number, where: str = where) -> None:
-                fail(where, why, on_error, skipped, path, number)
+                def bad(why: str, number: int = number, where: str = where) -> None:
+                    fail(where, why, on_error, skipped, path, number)
 
-            out = parse_record(record, base, bad, text_key, label_key)
-            if out is not None:
-                out["where"] = where
-                records.append(out)
+                out = parse_record(record, base, bad, text_key, label_key, files)
+                if out is not None:
+                    out["where"] = where
+                    records.append(out)
     finally:
         lines.close()
     return records
@@ -209,8 +217,10 @@ def records_in_memory(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
-    """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``."""
+    """Records given as dicts (a subclass's ``load_manifest``), named ``"record N"``; relative
+    paths resolve against the working directory."""
     out = []
     for number, record in enumerate(records):
         where = f"record {number}"
@@ -218,7 +228,7 @@ def records_in_memory(
         def bad(why: str, where: str = where) -> None:
             fail(where, why, on_error, skipped, "records", where)
 
-        parsed = parse_record(record, os.getcwd(), bad, text_key, label_key)
+        parsed = parse_record(record, os.getcwd(), bad, text_key, label_key, files)
         if parsed is not None:
             parsed["where"] = where
             out.append(parsed)
@@ -226,23 +236,31 @@ def records_in_memory(
 
 
 def scan_class_folders(
-    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
 ) -> list[dict[str, Any]]:
     """Records of a folder of class sub-folders: ``{"path", "offset", "duration", "where",
-    "label"}`` (label: the sub-folder's name), durations from the headers."""
+    "label"}`` (label: the sub-folder's name), durations from the headers (cached across
+    runs by ``files.headers``)."""
+    with files.headers.of(root, folder=True):
+        return _scan(root, extensions, skipped, on_error, files)
+
+
+def _scan(
+    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
+) -> list[dict[str, Any]]:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root!r} is not a folder of class sub-folders.")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     records = []
     for name in classes:
-        for folder, dirs, files in os.walk(os.path.join(root, name)):
+        for folder, dirs, names in os.walk(os.path.join(root, name)):
             dirs.sort()
-            for file in sorted(files):
+            for file in sorted(names):
                 if not file.lower().endswith(tuple(f".{e}" for e in extensions)):
                     continue
                 path = os.path.join(folder, file)
                 try:
-                    info = audio_info(path)
+                    info = files.info(path)
                 except AudioDecodeError as error:
                     fail(
                         path,

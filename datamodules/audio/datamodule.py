@@ -4,12 +4,13 @@ seconds of audio, features computed on the Trainer's device.
 Composed of parts that hold their own state: the clip index (:mod:`datamodules.audio.clips`:
 manifests and class folders, :mod:`datamodules.audio.shard_clips`: tars and Parquet / Arrow
 tables through the shard layer, :mod:`datamodules.audio.inputs`: one split's inputs;
-durations without decoding), the decoder
-(:mod:`datamodules.audio.decoding`: soundfile + soxr), the batch view
-(:mod:`datamodules.audio.batches`), the length-bucketed sampler of
+durations without decoding, their headers cached by :mod:`datamodules.audio.header_cache`),
+the file opener (:mod:`datamodules.audio.files`: local, HTTP, S3 with the remote options of
+streams), the decoder (:mod:`datamodules.audio.decoding`: soundfile + soxr, int16 where
+lossless), the batch view (:mod:`datamodules.audio.batches`), the length-bucketed sampler of
 :mod:`datamodules.core.buckets` (``max_duration`` is its budget in samples, padding counted;
-DDP-even and elastically resumable) and the feature extractor
-(:mod:`datamodules.audio.features`).
+DDP-even and elastically resumable), Source mixtures (:mod:`datamodules.audio.mixing`) and
+the feature extractor (:mod:`datamodules.audio.features`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex, is_manifest
+from datamodules.audio.batches import AudioBatchView, float_waveforms
+from datamodules.audio.clips import ClipIndex
 from datamodules.audio.decoding import DECODERS, AudioDecoder
 from datamodules.audio.features import FEATURES, AudioFeatures
-from datamodules.audio.inputs import read_inputs
-from datamodules.audio.shard_clips import is_table, is_tar
+from datamodules.audio.files import AudioFiles
+from datamodules.audio.header_cache import index_cache_dir
+from datamodules.audio.inputs import first_record_has, read_inputs
+from datamodules.audio.mixing import ClipMixture, MixedClipView, check_split_input
 from datamodules.core.base import BaseDataModule
 from datamodules.core.buckets import BucketBatchSampler
 from datamodules.core.checks import (
@@ -40,33 +43,19 @@ from datamodules.core.checks import (
 )
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
+from datamodules.core.mixture import Source
 from datamodules.core.overlong import OVERLONG, OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.shards.formats import detect_format
-from datamodules.shards.jsonl import numbered_jsonl
-from datamodules.shards.lines import ShardLines
-from datamodules.shards.records import read_records
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.stream_parts.arguments import remote_options
 from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["AudioDataModule"]
 
 Inputs = str | os.PathLike | list | tuple | None
-
-
-def _check_inputs(value: Any, name: str, allow_none: bool) -> Any:
-    if value is None and allow_none:
-        return value
-    items = value if isinstance(value, (list, tuple)) else [value]
-    if items and all(isinstance(v, (str, os.PathLike)) for v in items):
-        return value
-    accepted = (
-        "a manifest (.json / .jsonl), a Parquet / Arrow table, a tar shard or a class folder, "
-        "or a list of them"
-    )
-    raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
 
 
 class AudioDataModule(BaseDataModule):
@@ -84,9 +73,12 @@ class AudioDataModule(BaseDataModule):
     and averaged to mono; a manifest segment (``offset`` / ``duration``) reads only its frames.
     Durations come from the manifest or the file headers: batching never decodes to measure.
 
-    A batch is a dict: ``input_values`` float32 (B, T), ``attention_mask``, ``lengths``
-    (samples), then ``label`` (int64: folders, or ``label_key``), and ``labels`` (token ids,
-    -100 padded, with a ``tokenizer``) or ``text`` (strings) for transcripts. With
+    A batch is a dict: ``input_values`` float32 (B, T) (int16 out of the loader where every
+    clip is 16-bit PCM at ``sample_rate`` with nothing to resample or average: half the bytes
+    to move; :meth:`on_after_batch_transfer` makes it the exact float32 on the device),
+    ``attention_mask``, ``lengths`` (samples), then ``label`` (int64: folders, or
+    ``label_key``), and ``labels`` (token ids, -100 padded, with a ``tokenizer``) or ``text``
+    (strings) for transcripts. With
     ``features="log_mel"`` or ``"whisper"`` the waveforms cross to the device as they are and
     become ``input_features`` there (:meth:`on_after_batch_transfer`).
 
@@ -94,7 +86,8 @@ class AudioDataModule(BaseDataModule):
 
     Args:
         train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
-            folder, or a list of them.
+            folder (paths or URLs, globs and brace patterns), or a list of them; or a list of
+            :class:`~datamodules.Source` (a mixture, batched by ``batch_size``).
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.
         sample_rate: Samples per second of every clip after resampling.
@@ -119,6 +112,18 @@ class AudioDataModule(BaseDataModule):
         on_error: ``"raise"`` or ``"skip"`` bad records and undecodable clips, named with
             their file and line and counted in :attr:`skipped`.
         bucket: Group train clips of similar length when batching by ``batch_size``.
+        storage_options: Passed to fsspec for remote inputs and audio files (``http(s)://``,
+            ``s3://``...; e.g. an S3 ``endpoint_url``); credentials are never saved.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        cache_dir: Keep remote audio files in this directory (downloaded once, shared by
+            processes and runs); None reads them in place with range requests.
+        cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold (LRU).
+        index_cache: Where the headers read for durations are cached across runs: a
+            directory, None for the default (``$DATAMODULES_CACHE/audio`` or
+            ``~/.cache/datamodules/audio``), False to read them at every setup.
+        epoch_size: With weighted train Sources: clips per epoch over all ranks (default:
+            all the sources' clips), split between them by weight.
     """
 
     work = "decode"
@@ -144,6 +149,13 @@ class AudioDataModule(BaseDataModule):
         decoder: str = "soundfile",
         on_error: str = "raise",
         bucket: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
+        index_cache: str | os.PathLike | bool | None = None,
+        epoch_size: int | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -163,10 +175,10 @@ class AudioDataModule(BaseDataModule):
     ) -> None:
         super().__init__(**shared_arguments(locals()))
         self.train, self.val, self.test = (
-            _check_inputs(train, "train", allow_none=type(self).load_manifest
-                          is not AudioDataModule.load_manifest),
-            _check_inputs(val, "val", True),
-            _check_inputs(test, "test", True),
+            check_split_input(train, "train", allow_none=type(self).load_manifest
+                              is not AudioDataModule.load_manifest),
+            check_split_input(val, "val", True),
+            check_split_input(test, "test", True),
         )  # fmt: skip
         check_int(sample_rate, "sample_rate", 1)
         check_string(audio_key, "audio_key", "extensions separated by ';' (e.g. 'flac;wav')")
@@ -188,6 +200,15 @@ class AudioDataModule(BaseDataModule):
                 f"sample_rate={sample_rate} is not accepted with features='whisper': Whisper "
                 "features are defined at 16000 Hz."
             )
+        check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        #: The train split's Sources (``train=[Source(...), ...]``): quotas, logs, summary.
+        self.mix = ClipMixture(self.train if _sources(self.train) else None, epoch_size)
+        self.mix.owner = self
+        if self.mix.sources is not None and max_duration is not None:
+            raise ValueError(
+                f"max_duration={max_duration!r} is not accepted with train Sources: a mixture "
+                "batches batch_size clips; give batch_size= (or one input)."
+            )
         if features != "waveform" and not mono:
             raise ValueError(
                 f"mono=False is not accepted with features={features!r}: give mono=True."
@@ -208,7 +229,14 @@ class AudioDataModule(BaseDataModule):
         self.features, self.n_mels = features, n_mels
         self.max_duration, self.max_seconds, self.overlong = max_duration, max_seconds, overlong
         self.mono, self.decoder, self.on_error, self.bucket = mono, decoder, on_error, bucket
-        self.audio_decoder = AudioDecoder(sample_rate, mono, decoder)
+        storage_options = restored_storage_options(storage_options)
+        remote, limit = remote_options(
+            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        )
+        save_without_credentials(self, storage_options)
+        #: Opens inputs and audio files, local or remote (the remote options of streams).
+        self.files = AudioFiles(remote, cache_dir, limit, index_cache_dir(index_cache))
+        self.audio_decoder = AudioDecoder(sample_rate, mono, decoder, self.files)
         self.extractor = (
             None if features == "waveform" else AudioFeatures(features, sample_rate, n_mels)
         )
@@ -234,20 +262,26 @@ class AudioDataModule(BaseDataModule):
         spec = self.load_manifest(split)
         if spec is None:
             return None
+        mixed = isinstance(spec, list) and spec and isinstance(spec[0], Source)
         text_key = self.text_key
         if text_key is None:
-            text_key = "text" if _first_record_has(spec, "text") else None
-        index = read_inputs(
-            spec,
-            sample_rate=self.sample_rate,
-            audio_key=[e.strip() for e in self.audio_key.split(";") if e.strip()],
-            text_key=text_key or None,
-            label_key=self.label_key,
-            on_error=self.on_error,
-            skipped=self._skipped,
-            classes=classes,
-        )
-        return self._limit(index)
+            first = spec[0].files if mixed else spec
+            text_key = "text" if first_record_has(first, "text", self.files) else None
+
+        def read_one(inputs: Any) -> ClipIndex:
+            return read_inputs(
+                inputs,
+                sample_rate=self.sample_rate,
+                audio_key=[e.strip() for e in self.audio_key.split(";") if e.strip()],
+                text_key=text_key or None,
+                label_key=self.label_key,
+                on_error=self.on_error,
+                skipped=self._skipped,
+                classes=classes,
+                files=self.files,
+            )
+
+        return self._limit(ClipMixture.read(spec, read_one) if mixed else read_one(spec))
 
     def _limit(self, index: ClipIndex) -> ClipIndex:
         """Applies ``max_seconds`` (drop, truncate or error) and checks ``max_duration``."""
@@ -316,11 +350,14 @@ class AudioDataModule(BaseDataModule):
         return len(dataset)
 
     def make_view(self, split: str, dataset: ClipIndex, indices: torch.Tensor) -> SplitView:
-        return AudioBatchView(
-            dataset,
-            indices,
-            self.audio_decoder,
-            self.transform_for(split),
+        if split == "train" and self.mix.sources is not None:
+            return self.mix.view(dataset, indices, self.shuffle, **self._view_options(split))
+        return AudioBatchView(dataset, indices, **self._view_options(split))
+
+    def _view_options(self, split: str) -> dict[str, Any]:
+        return dict(
+            decoder=self.audio_decoder,
+            transform=self.transform_for(split),
             train=split == "train",
             max_seconds=self.max_seconds if self.overlong == "truncate" else None,
             tokenizer=self.tokenizer,
@@ -332,6 +369,11 @@ class AudioDataModule(BaseDataModule):
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         assert isinstance(view, AudioBatchView)
         train = split == "train"
+        if isinstance(view, MixedClipView):
+            return ClipMixture.sampler(
+                view, self.batch_size, self.shuffle and train, drop_last=self.drop_last and train,
+                seed=self.shuffle_seed, num_replicas=world, rank=rank,
+            )  # fmt: skip
         lengths = torch.from_numpy(view.index.lengths)[view.indices]
         by_seconds = self.max_duration is not None
         return BucketBatchSampler(
@@ -369,10 +411,22 @@ class AudioDataModule(BaseDataModule):
             )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Computes ``input_features`` on the batch's device (``features`` other than
-        ``"waveform"``)."""
-        if self.extractor is not None and isinstance(batch, dict) and "input_values" in batch:
-            return self.extractor(batch)
+        """On the batch's device: int16 ``input_values`` (16-bit PCM at the target rate) become
+        exactly the float32 the decoder gives, then ``input_features`` are computed
+        (``features`` other than ``"waveform"``)."""
+        if isinstance(batch, dict) and "input_values" in batch:
+            batch = float_waveforms(batch)
+            if self.extractor is not None:
+                return self.extractor(batch)
+        return batch
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The clips each train Source gives in ``epoch``, by source name (a mixture only)."""
+        return self.mix.quotas(epoch, split)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Logs each epoch's quotas of a train mixture as ``mix/<name>`` (its first batch)."""
+        self.mix.log()
         return batch
 
     # ------------------------------------------------------------------ views of the data
@@ -413,28 +467,8 @@ class AudioDataModule(BaseDataModule):
             )
         if self._skipped.total:
             lines.append(self._skipped.summary())
-        return lines
+        return lines + self.mix.summary_lines()
 
 
-def _first_record_has(spec: Any, key: str) -> bool:
-    """Whether the first record of a manifest (or of records in memory) holds ``key``."""
-    items = spec if isinstance(spec, (list, tuple)) else [spec]
-    if not items:
-        return False
-    first = items[0]
-    if isinstance(first, dict):
-        return key in first
-    path = os.fspath(first)
-    if is_table(path) and os.path.isfile(path):
-        return any(key in row for row in read_records(path, stop=1))
-    if is_tar(path) and os.path.isfile(path):
-        return any(k in row for row in read_records(path, stop=1) for k in ("txt", "text"))
-    if not is_manifest(path) or not os.path.isfile(path):
-        return False
-    lines = ShardLines(path, detect_format(path, "jsonl")[1])
-    try:
-        for _, record in numbered_jsonl(lines, "skip", Skipped()):
-            return isinstance(record, dict) and key in record
-    finally:
-        lines.close()
-    return False
+def _sources(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], Source)

@@ -50,16 +50,25 @@ class AudioInfo(NamedTuple):
         return self.frames / self.sample_rate
 
 
-def audio_info(path: Any) -> AudioInfo:
+def audio_info(path: Any, files: Any = None) -> AudioInfo:
     """Reads ``path``'s header (no decode); ``path`` may also be a binary file object.
 
+    Args:
+        path: A path, a URL (opened by ``files``) or a binary file object.
+        files: Opens paths and URLs (None: local paths only).
+
     Raises:
-        AudioDecodeError: The file is missing or libsndfile cannot read its header.
+        AudioDecodeError: The file is missing, cannot be fetched, or libsndfile cannot read
+            its header.
     """
     import soundfile
 
     try:
-        info = soundfile.info(path)
+        if files is not None and isinstance(path, str):
+            with files.open(path) as source:
+                info = soundfile.info(source)
+        else:
+            info = soundfile.info(path)
     except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError
         raise AudioDecodeError(str(path), _reason(error)) from error
     return AudioInfo(int(info.frames), int(info.samplerate), int(info.channels))
@@ -82,13 +91,32 @@ class AudioDecoder:
         sample_rate: The rate every clip is resampled to (soxr, high quality).
         mono: Average the channels into one.
         decoder: ``"soundfile"`` or ``"torchcodec"``.
+        files: Opens paths and URLs (:class:`~datamodules.audio.files.AudioFiles`; None:
+            local paths only).
     """
 
-    def __init__(self, sample_rate: int = 16000, mono: bool = True, decoder: str = "soundfile"):
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        mono: bool = True,
+        decoder: str = "soundfile",
+        files: Any = None,
+    ):
         self.sample_rate, self.mono, self.decoder = sample_rate, mono, decoder
+        self.files = files
 
-    def _frames(self, path: Any, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
-        """The segment's frames ``(T, C)`` float32 and the file's rate."""
+    def lossless_int16(self, file: Any) -> bool:
+        """Whether an open ``soundfile.SoundFile``'s samples reach the batch unchanged as
+        int16: 16-bit PCM at the target rate, one channel (or ``mono=False``): nothing to
+        resample or average."""
+        one_layout = file.channels == 1 or not self.mono
+        return file.subtype == "PCM_16" and file.samplerate == self.sample_rate and one_layout
+
+    def _frames(
+        self, path: Any, offset: float, duration: float | None, pcm16: bool = False
+    ) -> tuple[np.ndarray, int]:
+        """The segment's frames ``(T, C)`` float32 (int16 when ``pcm16`` and
+        :meth:`lossless_int16`) and the file's rate."""
         if self.decoder == "torchcodec":
             from torchcodec.decoders import AudioDecoder as CodecDecoder
 
@@ -104,7 +132,8 @@ class AudioDecoder:
             # other samples after opening than after a seek to frame 0.
             file.seek(min(round(offset * rate), file.frames))
             count = -1 if duration is None else round(duration * rate)
-            return file.read(count, dtype="float32", always_2d=True), rate
+            dtype = "int16" if pcm16 and self.lossless_int16(file) else "float32"
+            return file.read(count, dtype=dtype, always_2d=True), rate
 
     def read(
         self,
@@ -112,6 +141,7 @@ class AudioDecoder:
         offset: float = 0.0,
         duration: float | None = None,
         where: str | None = None,
+        pcm16: bool = False,
     ) -> np.ndarray:
         """Decodes ``duration`` seconds of ``path`` from ``offset`` (None: to the end).
 
@@ -120,6 +150,8 @@ class AudioDecoder:
             offset: Seconds skipped at the start (only the segment's frames are read).
             duration: Seconds read, or None for the rest of the file.
             where: How errors name the clip (default: the path).
+            pcm16: Give a 16-bit PCM file at the target rate (one channel, or ``mono=False``)
+                as its int16 samples: ``x / 32768`` is exactly the float32 reading.
 
         Raises:
             AudioDecodeError: The file is missing or cannot be decoded, or holds no frames.
@@ -127,11 +159,17 @@ class AudioDecoder:
         name = where or ("encoded bytes" if isinstance(path, bytes) else os.fspath(path))
         source = path if isinstance(path, bytes) else os.fspath(path)
         try:
-            frames, rate = self._frames(source, offset, duration)
+            if self.files is not None and isinstance(source, str):
+                with self.files.open(source) as opened:
+                    frames, rate = self._frames(opened, offset, duration, pcm16)
+            else:
+                frames, rate = self._frames(source, offset, duration, pcm16)
         except Exception as error:
             raise AudioDecodeError(name, _reason(error)) from error
         if not len(frames):
             raise AudioDecodeError(name, "no audio frames (an empty clip)")
+        if frames.dtype == np.int16:  # lossless_int16: one channel (or kept), the target rate
+            return np.ascontiguousarray(frames[:, 0] if self.mono else frames.T)
         if self.mono:
             frames = frames.mean(axis=1, dtype=np.float32, keepdims=True)
         if rate != self.sample_rate:

@@ -21,10 +21,14 @@ from datamodules.audio.clips import (
     scan_class_folders,
 )
 from datamodules.audio.decoding import resampled_length
+from datamodules.audio.files import AudioFiles
 from datamodules.audio.shard_clips import is_table, is_tar, read_table, read_tar
 from datamodules.core.skipped import Skipped
+from datamodules.remote.files import is_remote
+from datamodules.remote.listing import expand_files, has_magic
+from datamodules.shards.records import read_records
 
-__all__ = ["read_inputs"]
+__all__ = ["expanded", "first_record_has", "read_inputs"]
 
 
 def _records_of(
@@ -36,39 +40,54 @@ def _records_of(
     label_key,
     on_error,
     skipped,
+    files: AudioFiles,
 ):
     specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     if specs and all(isinstance(item, dict) for item in specs):
         return records_in_memory(
-            specs, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
-        )
+            specs, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped,
+            files=files,
+        )  # fmt: skip
     records: list[dict[str, Any]] = []
-    for item in specs:
-        path = os.fspath(item)
-        if os.path.isdir(path):
-            records += scan_class_folders(path, audio_key, skipped, on_error)
+    for path in expanded(specs, files):
+        if not is_remote(path) and os.path.isdir(path):
+            records += scan_class_folders(path, audio_key, skipped, on_error, files)
         elif is_tar(path):
             records += read_tar(
                 path, extensions=audio_key, text_key=text_key, label_key=label_key,
-                on_error=on_error, skipped=skipped,
+                on_error=on_error, skipped=skipped, files=files,
             )  # fmt: skip
         elif is_table(path):
             records += read_table(
                 path, audio_column=audio_column, text_key=text_key, label_key=label_key,
-                on_error=on_error, skipped=skipped,
+                on_error=on_error, skipped=skipped, files=files,
             )  # fmt: skip
         elif is_manifest(path):
-            if not os.path.exists(path):
+            if not files.exists(path):
                 raise FileNotFoundError(f"manifest {path!r} does not exist.")
             records += read_manifest(
-                path, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped
-            )
+                path, text_key=text_key, label_key=label_key, on_error=on_error, skipped=skipped,
+                files=files,
+            )  # fmt: skip
         else:
             raise ValueError(
                 f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
                 "table of audio, a tar shard, nor a folder of class sub-folders."
             )
     return records
+
+
+def expanded(specs: Sequence[Any], files: AudioFiles) -> list[str]:
+    """The paths of ``specs``: globs and brace patterns (``shard-{000..009}.tar``,
+    ``s3://b/*.parquet``) expanded as streams expand them, the rest as given."""
+    out: list[str] = []
+    for item in specs:
+        path = os.fspath(item)
+        if has_magic(path) or "{" in path:
+            out += expand_files(path, files.options, what="file")
+        else:
+            out.append(path)
+    return out
 
 
 def read_inputs(
@@ -82,6 +101,7 @@ def read_inputs(
     on_error: str,
     skipped: Skipped,
     classes: list[str] | None = None,
+    files: AudioFiles | None = None,
 ) -> ClipIndex:
     """A :class:`ClipIndex` of one split's inputs (a manifest, a folder, or a list of them).
 
@@ -96,10 +116,11 @@ def read_inputs(
         on_error: ``"raise"`` or ``"skip"`` (counted in ``skipped``).
         skipped: Where skipped records are counted.
         classes: The train split's class names (validation and test use its labels).
+        files: Opens local and remote inputs and audio files (None: local, default options).
     """
     records = _records_of(
         spec, audio_key=audio_key, audio_column=audio_column, text_key=text_key,
-        label_key=label_key, on_error=on_error, skipped=skipped,
+        label_key=label_key, on_error=on_error, skipped=skipped, files=files or AudioFiles(),
     )  # fmt: skip
     if not records:
         raise ValueError(f"{spec!r}: no usable clips (see dm.skipped).")
@@ -134,3 +155,25 @@ def read_inputs(
     ]
     index.lengths = np.where(np.asarray(exact) >= 0, np.asarray(exact), index.lengths)
     return index
+
+
+def first_record_has(spec: Any, key: str, files: AudioFiles) -> bool:
+    """Whether the first record of a split's first input (a manifest, a table, a tar, or
+    records in memory) holds ``key`` (tars: a ``txt`` / ``text`` member for ``"text"``)."""
+    items = spec if isinstance(spec, (list, tuple)) else [spec]
+    if not items:
+        return False
+    if isinstance(items[0], dict):
+        return key in items[0]
+    path = expanded(items[:1], files)[0]
+    if not is_remote(path) and not os.path.isfile(path):
+        return False
+    if is_table(path):
+        return any(key in row for row in read_records(path, stop=1, options=files.options))
+    if is_tar(path):
+        rows = read_records(path, stop=1, options=files.options)
+        return any(k in row for row in rows for k in ("txt", "text"))
+    if not is_manifest(path):
+        return False
+    rows = read_records(path, "jsonl", "skip", stop=1, counter=Skipped(), options=files.options)
+    return any(isinstance(row, dict) and key in row for row in rows)

@@ -14,6 +14,7 @@ from typing import Any
 
 from datamodules.audio.clips import fail
 from datamodules.audio.decoding import AudioDecodeError, audio_info
+from datamodules.audio.files import AudioFiles
 from datamodules.core.skipped import Skipped, where_in
 from datamodules.shards.records import read_records
 
@@ -48,13 +49,15 @@ def read_tar(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
-    """The clips of a webdataset tar shard (read by the shard layer): each record's audio is
+    """The clips of a webdataset tar shard (read by the shard layer, local or remote with
+    ``files.options``): each record's audio is
     its first member among ``extensions``; the transcript a ``txt`` member (or ``text_key`` of
     its ``json``), the label ``label_key`` (a member or in the ``json``). Records are named
     ``"file: key 'k'"``."""
     records = []
-    for record in read_records(path):
+    for record in read_records(path, options=files.options):
         key = record.get("__key__")
         where = where_in(path, f"key {key!r}")
 
@@ -103,13 +106,15 @@ def read_table(
     label_key: str | None,
     on_error: str,
     skipped: Skipped,
+    files: AudioFiles,
 ) -> list[dict[str, Any]]:
-    """The clips of a Hugging Face audio table (Parquet or Arrow, read by the shard layer):
+    """The clips of a Hugging Face audio table (Parquet or Arrow, read by the shard layer,
+    local or remote with ``files.options``):
     ``audio_column`` holds ``{"bytes", "path"}`` (the ``Audio`` feature's storage); durations
     come from the encoded audio's header. Rows are named ``"file: row N"`` (from 1)."""
     columns = [c for c in (audio_column, text_key, label_key) if c]
     records = []
-    for number, row in enumerate(read_records(path, columns=columns), 1):
+    for number, row in enumerate(read_records(path, columns=columns, options=files.options), 1):
         where = f"{path}: row {number}"
 
         def bad(why: str, number: int = number, where: str = where) -> None:

@@ -36,9 +36,13 @@ def numbered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def all_batches(dm: AudioDataModule, split: str = "train") -> list[dict[str, Any]]:
+    """The split's batches as a model gets them: waveforms made float32 after the transfer
+    (``on_after_batch_transfer``; with ``features``, as the loader sends them)."""
     dm.setup("fit")
     loader = {"train": dm.train_dataloader, "val": dm.val_dataloader}[split]()
-    return list(loader)
+    if dm.features != "waveform":
+        return list(loader)
+    return [dm.on_after_batch_transfer(batch, 0) for batch in loader]
 
 
 def test_manifest_batches_hold_padded_waveforms_masks_lengths_and_text(numbered: Path) -> None:

@@ -1,0 +1,264 @@
+"""Mixtures of audio sources: ``train=[Source("a.jsonl", weight=3), Source("b/", weight=1)]``.
+
+The shared mixture layer does the counting (:mod:`datamodules.core.mixture`: weights and
+schedules, repeats, ``epoch_size``, each epoch's quota of each source and its position in that
+source's endless run of passes) and the batching (:class:`~datamodules.tokens.mixture.MixedSampler`:
+DDP-even, exact and elastic resume, ids that carry their epoch); this module says what a unit
+is for audio, one clip, and lays each epoch's clips out:
+
+* every source is read into its own :class:`~datamodules.audio.clips.ClipIndex` and the indexes
+  are joined (:func:`join`), each clip remembering its source (``ClipIndex.sources``);
+  ``val_split`` holds clips out of every source at random, as for one input;
+* :class:`MixedClipView` maps an epoch's unit ids to clips: the plan's pieces of each source's
+  run of passes (each pass a permutation of the source's train clips, seeded by its name);
+* validation and test Sources are read once each, joined, never weighted.
+
+Duration batches (``max_duration``) over a mixture are not offered: the mixed sampler batches
+``batch_size`` clips.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from datamodules.audio.batches import AudioBatchView
+from datamodules.audio.clips import ClipIndex
+from datamodules.core.mix_logging import MixLog
+from datamodules.core.mixture import MixEntry, Mixture, Source, schedule_lines
+from datamodules.tokens.blends import check_blend
+from datamodules.tokens.mixture import EPOCH_SHIFT, UNIT_MASK, BlendUnits, MixedSampler, mixed_units
+
+__all__ = ["ClipMixture", "MixedClipView", "check_split_input", "join"]
+
+
+def check_split_input(value: Any, name: str, allow_none: bool) -> Any:
+    """A split argument as given (paths), or its checked Sources (a Source, its plain dict, or
+    a list of them); evaluation Sources are read once, so they take no weight or repeat.
+
+    Raises:
+        TypeError: Neither paths nor Sources (nor None where ``allow_none``).
+        ValueError: What :func:`~datamodules.core.mixture.check_sources` refuses, or a weighted
+            evaluation Source.
+    """
+    if value is None and allow_none:
+        return value
+    sources = check_blend(value, name)
+    if sources is not None:
+        if name != "train" and any(s.weight is not None or s.repeat is not None for s in sources):
+            raise ValueError(
+                f"{name}: every source of an evaluation split is read once; drop weight= and "
+                "repeat= there."
+            )
+        return sources
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if items and all(isinstance(v, (str, os.PathLike)) for v in items):
+        return value
+    accepted = (
+        "a manifest (.json / .jsonl), a Parquet / Arrow table, a tar shard or a class folder, "
+        "a list of them, or a list of Source(files, weight=...)"
+    )
+    raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
+
+
+def _labels(indexes: list[ClipIndex]) -> tuple[np.ndarray | None, list[str] | None]:
+    """The joined labels: named classes unified (sorted), or ints as they are."""
+    given = [i.labels is not None for i in indexes]
+    if not any(given):
+        return None, None
+    if not all(given):
+        raise ValueError("every Source must give class labels, or none of them.")
+    if all(i.classes is None for i in indexes):
+        return np.concatenate([i.labels for i in indexes]), None
+    if any(i.classes is None for i in indexes):
+        raise ValueError("give every Source's labels as class names, or every one as ints.")
+    classes = sorted({c for i in indexes for c in i.classes})
+    position = {c: k for k, c in enumerate(classes)}
+    parts = [np.asarray([position[c] for c in i.classes], np.int64)[i.labels] for i in indexes]
+    return np.concatenate(parts), classes
+
+
+def join(indexes: list[ClipIndex]) -> ClipIndex:
+    """One index of several sources' clips, in order; ``sources`` numbers each clip's source.
+
+    Raises:
+        ValueError: Some sources have transcripts (or labels) and others do not.
+    """
+    texts = [i.texts is not None for i in indexes]
+    if any(texts) and not all(texts):
+        raise ValueError("every Source must give transcripts, or none of them.")
+    labels, classes = _labels(indexes)
+    blobs = None
+    if any(i.blobs is not None for i in indexes):
+        blobs = [b for i in indexes for b in (i.blobs or [None] * len(i))]
+    out = ClipIndex(
+        [p for i in indexes for p in i.paths],
+        np.concatenate([i.offsets for i in indexes]),
+        np.concatenate([i.durations for i in indexes]),
+        [w for i in indexes for w in i.where],
+        [t for i in indexes for t in i.texts] if all(texts) else None,
+        labels,
+        classes,
+        indexes[0].sample_rate,
+        blobs,
+        np.concatenate([np.full(len(i), k, np.int64) for k, i in enumerate(indexes)]),
+    )
+    out.lengths = np.concatenate([i.lengths for i in indexes])
+    return out
+
+
+class MixedClipView(AudioBatchView):
+    """A train split of joined sources, read as a mixture (see the module's docstring).
+
+    Args:
+        *args: As :class:`~datamodules.audio.batches.AudioBatchView`'s.
+        units: Each source's run of passes over its train clips.
+        members: Each source's positions in the split.
+        mixture: The quotas and positions of each epoch.
+        **kwargs: As :class:`~datamodules.audio.batches.AudioBatchView`'s.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        units: list[BlendUnits],
+        members: list[np.ndarray],
+        mixture: Mixture,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.units, self.members, self.mixture = units, members, mixture
+        self._epochs: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def layout(self, epoch: int) -> np.ndarray:
+        """The split positions of ``epoch``'s units, source after source (two epochs kept)."""
+        if epoch not in self._epochs:
+            pieces = [
+                self.members[s][u] for s, _, u in mixed_units(self.units, self.mixture, epoch)
+            ]
+            self._epochs[epoch] = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+            while len(self._epochs) > 2:
+                self._epochs.popitem(last=False)
+        return self._epochs[epoch]
+
+    def rows(self, batch: torch.Tensor) -> torch.Tensor:
+        ids = batch.tolist()
+        if not ids:
+            return batch
+        layout = self.layout(ids[0] >> EPOCH_SHIFT)
+        positions = torch.from_numpy(layout[[i & UNIT_MASK for i in ids]])
+        return self.indices.index_select(0, positions)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_epochs"] = OrderedDict()  # each worker lays out the epochs it reads
+        return state
+
+
+class ClipMixture:
+    """The train split's Sources and ``epoch_size``: builds the mixed view and sampler.
+
+    Args:
+        sources: The train Sources, or None (one input: no mixture).
+        epoch_size: Clips per epoch over all sources, split by weight (None: all of them).
+    """
+
+    def __init__(self, sources: list[Source] | None, epoch_size: int | None) -> None:
+        if epoch_size is not None and (sources is None or sources[0].weight is None):
+            raise ValueError(
+                f"epoch_size={epoch_size!r} splits an epoch between weighted sources: give "
+                "train=[Source(..., weight=...), ...] (or leave epoch_size unset)."
+            )
+        self.sources, self.epoch_size = sources, epoch_size
+        #: The DataModule that holds it (its views and Trainer); set by it.
+        self.owner: Any = None
+        self._log = MixLog()
+
+    def mixture(self, split: str = "train") -> Mixture | None:
+        """The :class:`~datamodules.core.mixture.Mixture` of the mixed train split, else None."""
+        self.owner._require_setup()
+        view = self.owner.view(split)
+        return view.mixture if isinstance(view, MixedClipView) else None
+
+    def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
+        """The clips each Source gives in ``epoch``, by name.
+
+        Raises:
+            ValueError: The split is not a mixture of Sources.
+        """
+        mixture = self.mixture(split)
+        if mixture is None:
+            raise ValueError(f"the {split} split is not a mixture of Sources: it has no quotas.")
+        return mixture.by_name(epoch)
+
+    def log(self) -> None:
+        """Logs the Trainer's epoch's quotas as ``mix/<name>`` at its first train batch."""
+        if self.sources is not None:
+            self._log.log(self.owner._trainer(), self)
+
+    def summary_lines(self) -> list[str]:
+        """A line per source of the mixed train split, and its schedule."""
+        mixture = self.mixture() if self.sources is not None else None
+        if mixture is None:
+            return []
+        sampler = self.owner._samplers.get("train")
+        epoch = sampler.epoch if sampler is not None else 0
+        lines = [f"train mixture: {mixture.total(epoch)} clips per epoch (epoch {epoch})"]
+        for source, entry, quota in zip(
+            self.sources, mixture.entries, mixture.quotas(epoch), strict=True
+        ):
+            lines.append(
+                f"  source {entry.name!r}: {entry.units} clips, {source.share()}; "
+                f"{quota} this epoch"
+            )
+        return lines + schedule_lines(mixture, epoch, "clips")
+
+    @staticmethod
+    def read(sources: list[Source], read_one: Callable[[Any], ClipIndex]) -> ClipIndex:
+        """The sources' clips joined (``read_one(files)`` reads one source)."""
+        return join([read_one(s.files) for s in sources])
+
+    def view(
+        self, index: ClipIndex, indices: torch.Tensor, shuffle: bool, **kwargs: Any
+    ) -> MixedClipView:
+        """The train view: ``kwargs`` as :class:`AudioBatchView` takes them (its ``seed`` also
+        seeds each source's passes)."""
+        seed = kwargs["seed"]
+        assert self.sources is not None and index.sources is not None
+        owner = index.sources[indices.numpy()]
+        members = [np.flatnonzero(owner == k) for k in range(len(self.sources))]
+        units = [
+            BlendUnits(s.label, np.zeros(len(m), np.int64), None, shuffle, seed)
+            for s, m in zip(self.sources, members, strict=True)
+        ]
+        entries = [
+            MixEntry(s.label, s.weight, s.repeat, len(m), [s.files, len(m)])
+            for s, m in zip(self.sources, members, strict=True)
+        ]
+        mixture = Mixture(entries, self.epoch_size)
+        return MixedClipView(
+            index, indices, units=units, members=members, mixture=mixture, **kwargs
+        )
+
+    @staticmethod
+    def sampler(view: MixedClipView, batch_size: int, shuffle: bool, **kwargs: Any) -> MixedSampler:
+        """The mixed view's batches for one rank (``kwargs``: ``drop_last``, ``seed``,
+        ``num_replicas``, ``rank``)."""
+        sampler = MixedSampler(view.mixture, batch_size, shuffle, **kwargs)
+        sampler.unit = "clip"
+
+        def refuse(saved: dict[str, Any], interrupted: bool) -> Mixture:
+            changes = view.mixture.changes(saved) or ["the sources' clips or positions"]
+            raise ValueError(
+                "cannot resume the audio mixture: its mix differs from the checkpoint's ("
+                + "; ".join(changes)
+                + "); resume with the checkpoint's Sources, weights and epoch_size."
+            )
+
+        sampler.resume = refuse
+        return sampler
