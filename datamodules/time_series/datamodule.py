@@ -35,15 +35,9 @@ from datamodules.core.views import SplitView
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.retrying import check_remote_options
 from datamodules.time_series.calendar import check_freq, grid_positions
+from datamodules.time_series.digest import data_digest
 from datamodules.time_series.inputs import LongColumns, read_columns
-from datamodules.time_series.store import (
-    SeriesStore,
-    StoreSpec,
-    build_once,
-    build_store,
-    data_digest,
-    store_key,
-)
+from datamodules.time_series.store import SeriesStore, StoreSpec, build_once, build_store, store_key
 from datamodules.time_series.views import WindowBatchView
 from datamodules.time_series.windows import WindowDrawSampler, WindowPlan, plan_windows
 
