@@ -170,6 +170,7 @@ OWN_JSON = {
     "datamodules.stream_parts.splits",
     "datamodules.stream_engine.position",
     "datamodules.time_series.store",
+    "datamodules.time_series.digest",
     "datamodules.time_series.datamodule",
     "datamodules.audio.header_cache",
 }
