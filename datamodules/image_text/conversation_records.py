@@ -28,11 +28,14 @@ and counts under ``on_error="skip"``).
 processes) into the token store (:mod:`datamodules.tokens.store`: ids and the per-token mask)
 and writes the kept records' encoded images beside them (``images.bin``,
 ``image_offsets.npy``, ``record_images.npy``), so that later setups map both and batches read
-any record's images at random without reading its shard again.
+any record's images at random without reading its shard again, and the kept records' keys
+(``record_keys.jsonl``, one JSON value a line), so that an image that fails to decode in a
+batch is named by its record's key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -57,7 +60,7 @@ __all__ = [
 ]
 
 #: The files a conversation store holds beside the token store's own.
-IMAGE_FILES = ("images.bin", "image_offsets.npy", "record_images.npy")
+IMAGE_FILES = ("images.bin", "image_offsets.npy", "record_images.npy", "record_keys.jsonl")
 _CHUNK = 256  # records per render job
 
 
@@ -269,18 +272,25 @@ def build_conversation_store(
         writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
         image_offsets = [0]
         record_images = [0]
-        with open(os.path.join(writer.tmp, "images.bin"), "wb") as blob:
+        with (
+            open(os.path.join(writer.tmp, "images.bin"), "wb") as blob,
+            open(os.path.join(writer.tmp, "record_keys.jsonl"), "w", encoding="utf-8") as keys_file,
+        ):
 
             def jobs() -> Iterator[tuple[RecordChunk, str, str, Any]]:
                 for i, shard in enumerate(shards):
                     for chunk, images in reader.chunks(shard, bad):
-                        yield chunk, names[i], on_error, (i, images)
+                        pairs = zip(chunk.lines, chunk.records, strict=True)
+                        keys = {n: job["key"] for n, job in pairs}
+                        yield chunk, names[i], on_error, (i, images, keys)
 
-            for (file, images), (flat, lengths, mask, kept, failed, _) in rendered(
+            for (file, images, keys), (flat, lengths, mask, kept, failed, _) in rendered(
                 renderer, jobs(), workers
             ):
                 writer.add(flat, lengths, file, kept, mask)
                 for line in kept:
+                    key = keys[line]
+                    keys_file.write(json.dumps(key if isinstance(key, int) else str(key)) + "\n")
                     for data in images[line]:
                         blob.write(data)
                         image_offsets.append(image_offsets[-1] + len(data))
