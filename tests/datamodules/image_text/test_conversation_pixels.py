@@ -22,7 +22,12 @@ from datamodules import ImageTextDataModule
 from datamodules.image_text.conversation_pixels import FILLED
 from datamodules.imaging.decoding import ImageDecodeError
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
-from tests.datamodules.image_text.vlm_data import png, record, vlm_tokenizer
+from tests.datamodules.image_text.vlm_data import (
+    png,
+    record,
+    vlm_tokenizer,
+    write_conversation_tars,
+)
 
 pytest.importorskip("transformers")
 
@@ -71,14 +76,14 @@ def tok() -> Any:
     return vlm_tokenizer()
 
 
-def make(shard: Path, tok: Any, **kwargs: Any) -> ImageTextDataModule:
+def make(shard: Path, tok: Any, files: Any = None, **kwargs: Any) -> ImageTextDataModule:
     options: dict[str, Any] = {
         "messages_key": "json", "image_key": "0.png;1.png;2.png", "tokenizer": tok,
         "image_tokens": IMAGE_TOKENS, "image_size": 8, "batch_size": 2, "num_workers": 0,
         "normalize": False, "token_cache": shard.parent / "cache", "shuffle": False,
     }  # fmt: skip
     options.update(kwargs)
-    return ImageTextDataModule(str(shard), **options)
+    return ImageTextDataModule(files or str(shard), **options)
 
 
 def codes(pixels: torch.Tensor) -> list[tuple[int, int]]:
@@ -194,3 +199,20 @@ def test_a_resume_around_records_left_out_is_exact(shard: Path, tok: Any, tmp_pa
     for batches in reference:  # each epoch left records out and filled a batch
         ids = [i for b in batches for i in b]
         assert not set(ids) & set(BAD) and len(ids) > len(set(ids))
+
+
+def test_skip_in_a_mix_of_sources_leaves_out_and_fills_within_the_source(
+    shard: Path, tok: Any, tmp_path: Path
+) -> None:
+    from datamodules import Source
+
+    good = write_conversation_tars(tmp_path / "good", range(100, 106), shards=1, prefix="good")
+    sources = [Source([str(shard)], name="bad"), Source([str(p) for p in good], name="good")]
+    dm = make(shard, tok, files=sources, on_error="skip")
+    batches = epoch(dm)
+    assert dm.quotas(0) == {"bad": 6, "good": 3}  # one pass of each source's batches
+    # The bad source's batches as unmixed (the fill from its own records), the good one's whole.
+    mine = sorted(b for b in batches if b[0] < 100)
+    assert mine == sorted([[0, 1], [4], [4, 5], [6], [8, 9], [11]])
+    assert sorted(b for b in batches if b[0] >= 100) == [[100, 101], [102, 103], [104, 105]]
+    assert dm.skipped.counts == {str(shard): len(BAD) + 1}
