@@ -29,8 +29,8 @@ processes) into the token store (:mod:`datamodules.tokens.store`: ids and the pe
 and writes the kept records' encoded images beside them (``images.bin``,
 ``image_offsets.npy``, ``record_images.npy``), so that later setups map both and batches read
 any record's images at random without reading its shard again, and the kept records' keys
-(``record_keys.jsonl``, one JSON value a line), so that an image that fails to decode in a
-batch is named by its record's key.
+(``record_keys.jsonl``, one JSON value a line, and ``record_key_offsets.npy``, where each line
+starts), so that an image that fails to decode in a batch is named by its record's key.
 """
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ __all__ = [
 ]
 
 #: The files a conversation store holds beside the token store's own.
-IMAGE_FILES = ("images.bin", "image_offsets.npy", "record_images.npy", "record_keys.jsonl")
+IMAGE_FILES = (
+    "images.bin", "image_offsets.npy", "record_images.npy", "record_keys.jsonl",
+    "record_key_offsets.npy",
+)  # fmt: skip
 _CHUNK = 256  # records per render job
 
 
@@ -272,9 +275,10 @@ def build_conversation_store(
         writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
         image_offsets = [0]
         record_images = [0]
+        key_offsets = [0]
         with (
             open(os.path.join(writer.tmp, "images.bin"), "wb") as blob,
-            open(os.path.join(writer.tmp, "record_keys.jsonl"), "w", encoding="utf-8") as keys_file,
+            open(os.path.join(writer.tmp, "record_keys.jsonl"), "wb") as keys_file,
         ):
 
             def jobs() -> Iterator[tuple[RecordChunk, str, str, Any]]:
@@ -290,7 +294,9 @@ def build_conversation_store(
                 writer.add(flat, lengths, file, kept, mask)
                 for line in kept:
                     key = keys[line]
-                    keys_file.write(json.dumps(key if isinstance(key, int) else str(key)) + "\n")
+                    text = (json.dumps(key if isinstance(key, int) else str(key)) + "\n").encode()
+                    keys_file.write(text)
+                    key_offsets.append(key_offsets[-1] + len(text))
                     for data in images[line]:
                         blob.write(data)
                         image_offsets.append(image_offsets[-1] + len(data))
@@ -301,6 +307,8 @@ def build_conversation_store(
                 progress.update(len(lengths), int(lengths.sum()))
         np.save(os.path.join(writer.tmp, "image_offsets.npy"), np.asarray(image_offsets, np.int64))
         np.save(os.path.join(writer.tmp, "record_images.npy"), np.asarray(record_images, np.int64))
+        offsets = np.asarray(key_offsets, np.int64)
+        np.save(os.path.join(writer.tmp, "record_key_offsets.npy"), offsets)
         meta = store_meta(material, names, workers, counts, first, trained)
         return {**meta, "images": len(image_offsets) - 1}
 

@@ -124,7 +124,7 @@ class ImageConversations:
         offsets = np.append(self.starts, store.num_tokens).astype(np.int64)
         self.encoded = EncodedTexts(self.tokens_np, self.lengths, None, offsets=offsets)
         self.trained = EncodedTexts(self.trained_np, self.lengths, None, offsets=offsets)
-        self._keys: list[Any] | None = None
+        self._keys: np.ndarray | None = None  # where each record's key starts
 
     def _cut(
         self, start: int, n: int, seq_length: int | None, max_images: int | None
@@ -151,11 +151,13 @@ class ImageConversations:
         """``(shard, "record N, key 'k'")`` (``"row N"`` for Parquet) of a record, for
         messages and ``dm.skipped``."""
         shard, _, place = self.where(index).rpartition(", ")
-        if self._keys is None:  # read once, on the first error only
-            path = os.path.join(self.path, "record_keys.jsonl")
-            with open(path, encoding="utf-8") as lines:
-                self._keys = [json.loads(line) for line in lines]
-        key = self._keys[int(self.keep[index])]
+        if self._keys is None:  # mapped on the first error only
+            self._keys = np.load(os.path.join(self.path, "record_key_offsets.npy"), mmap_mode="r")
+        record = int(self.keep[index])
+        start, end = int(self._keys[record]), int(self._keys[record + 1])
+        with open(os.path.join(self.path, "record_keys.jsonl"), "rb") as keys:
+            keys.seek(start)
+            key = json.loads(keys.read(end - start))
         return shard, place if isinstance(key, int) else f"{place}, key {key!r}"  # rows: ints
 
     @property
