@@ -29,13 +29,13 @@ processes) into the token store (:mod:`datamodules.tokens.store`: ids and the pe
 and writes the kept records' encoded images beside them (``images.bin``,
 ``image_offsets.npy``, ``record_images.npy``), so that later setups map both and batches read
 any record's images at random without reading its shard again, and the kept records' keys
-(``record_keys.jsonl``, one JSON value a line, and ``record_key_offsets.npy``, where each line
-starts), so that an image that fails to decode in a batch is named by its record's key.
+(``record_keys.bin``, UTF-8 one after the other, none for a Parquet row, and
+``record_key_offsets.npy``, where each starts), so that an image that fails to decode in a
+batch is named by its record's key.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -61,7 +61,7 @@ __all__ = [
 
 #: The files a conversation store holds beside the token store's own.
 IMAGE_FILES = (
-    "images.bin", "image_offsets.npy", "record_images.npy", "record_keys.jsonl",
+    "images.bin", "image_offsets.npy", "record_images.npy", "record_keys.bin",
     "record_key_offsets.npy",
 )  # fmt: skip
 _CHUNK = 256  # records per render job
@@ -278,7 +278,7 @@ def build_conversation_store(
         key_offsets = [0]
         with (
             open(os.path.join(writer.tmp, "images.bin"), "wb") as blob,
-            open(os.path.join(writer.tmp, "record_keys.jsonl"), "wb") as keys_file,
+            open(os.path.join(writer.tmp, "record_keys.bin"), "wb") as keys_file,
         ):
 
             def jobs() -> Iterator[tuple[RecordChunk, str, str, Any]]:
@@ -294,7 +294,7 @@ def build_conversation_store(
                 writer.add(flat, lengths, file, kept, mask)
                 for line in kept:
                     key = keys[line]
-                    text = (json.dumps(key if isinstance(key, int) else str(key)) + "\n").encode()
+                    text = b"" if isinstance(key, int) else str(key).encode(errors="replace")
                     keys_file.write(text)
                     key_offsets.append(key_offsets[-1] + len(text))
                     for data in images[line]:

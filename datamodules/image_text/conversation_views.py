@@ -25,7 +25,6 @@ records; a row left empty is dropped; a batch left empty holds the split's next 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -155,10 +154,12 @@ class ImageConversations:
             self._keys = np.load(os.path.join(self.path, "record_key_offsets.npy"), mmap_mode="r")
         record = int(self.keep[index])
         start, end = int(self._keys[record]), int(self._keys[record + 1])
-        with open(os.path.join(self.path, "record_keys.jsonl"), "rb") as keys:
+        if start == end:  # a Parquet row: no key
+            return shard, place
+        with open(os.path.join(self.path, "record_keys.bin"), "rb") as keys:
             keys.seek(start)
-            key = json.loads(keys.read(end - start))
-        return shard, place if isinstance(key, int) else f"{place}, key {key!r}"  # rows: ints
+            key = keys.read(end - start).decode(errors="replace")
+        return shard, f"{place}, key {key!r}"
 
     @property
     def num_tokens(self) -> int:
