@@ -89,7 +89,7 @@ class MixedConversationView(SplitView):
 
     def __init__(self, dm: Any, blend: ConversationBlend, parts: Any, split: str) -> None:
         shuffle = dm.shuffle and split == "train"
-        transform, pad_id = dm.transform_for(split), parts.chat.pad_id
+        pixels, pad_id = parts.pixels(dm, split), parts.chat.pad_id
         self.views: list[Any] = []
         self.plans: list[Any] = []
         units, entries = [], []
@@ -101,14 +101,10 @@ class MixedConversationView(SplitView):
                     docs, everything, parts.seq_length, dm.batch_size, parts.max_images,
                     shuffle=shuffle, seed=seed,
                 )  # fmt: skip
-                view: Any = PackedConversationView(
-                    docs, plan, transform, pad_id, dm.decode, dm.image_size
-                )
+                view: Any = PackedConversationView(docs, plan, pixels, pad_id)
             else:
                 plan = _PaddedBatches(docs, dm.batch_size, shuffle, seed)
-                view = PaddedConversationView(
-                    docs, everything, transform, pad_id, dm.decode, dm.image_size
-                )
+                view = PaddedConversationView(docs, everything, pixels, pad_id)
             self.views.append(view)
             self.plans.append(plan)
             count = plan.num_batches

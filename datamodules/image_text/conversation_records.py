@@ -28,7 +28,10 @@ and counts under ``on_error="skip"``).
 processes) into the token store (:mod:`datamodules.tokens.store`: ids and the per-token mask)
 and writes the kept records' encoded images beside them (``images.bin``,
 ``image_offsets.npy``, ``record_images.npy``), so that later setups map both and batches read
-any record's images at random without reading its shard again.
+any record's images at random without reading its shard again, and the kept records' keys
+(``record_keys.bin``, UTF-8 one after the other, none for a Parquet row, and
+``record_key_offsets.npy``, where each starts), so that an image that fails to decode in a
+batch is named by its record's key.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ __all__ = [
 ]
 
 #: The files a conversation store holds beside the token store's own.
-IMAGE_FILES = ("images.bin", "image_offsets.npy", "record_images.npy")
+IMAGE_FILES = (
+    "images.bin", "image_offsets.npy", "record_images.npy", "record_keys.bin",
+    "record_key_offsets.npy",
+)  # fmt: skip
 _CHUNK = 256  # records per render job
 
 
@@ -269,18 +275,28 @@ def build_conversation_store(
         writer.add(empty, empty, 0, [], empty)  # the mask file, even for no records
         image_offsets = [0]
         record_images = [0]
-        with open(os.path.join(writer.tmp, "images.bin"), "wb") as blob:
+        key_offsets = [0]
+        with (
+            open(os.path.join(writer.tmp, "images.bin"), "wb") as blob,
+            open(os.path.join(writer.tmp, "record_keys.bin"), "wb") as keys_file,
+        ):
 
             def jobs() -> Iterator[tuple[RecordChunk, str, str, Any]]:
                 for i, shard in enumerate(shards):
                     for chunk, images in reader.chunks(shard, bad):
-                        yield chunk, names[i], on_error, (i, images)
+                        pairs = zip(chunk.lines, chunk.records, strict=True)
+                        keys = {n: job["key"] for n, job in pairs}
+                        yield chunk, names[i], on_error, (i, images, keys)
 
-            for (file, images), (flat, lengths, mask, kept, failed, _) in rendered(
+            for (file, images, keys), (flat, lengths, mask, kept, failed, _) in rendered(
                 renderer, jobs(), workers
             ):
                 writer.add(flat, lengths, file, kept, mask)
                 for line in kept:
+                    key = keys[line]
+                    text = b"" if isinstance(key, int) else str(key).encode(errors="replace")
+                    keys_file.write(text)
+                    key_offsets.append(key_offsets[-1] + len(text))
                     for data in images[line]:
                         blob.write(data)
                         image_offsets.append(image_offsets[-1] + len(data))
@@ -291,6 +307,8 @@ def build_conversation_store(
                 progress.update(len(lengths), int(lengths.sum()))
         np.save(os.path.join(writer.tmp, "image_offsets.npy"), np.asarray(image_offsets, np.int64))
         np.save(os.path.join(writer.tmp, "record_images.npy"), np.asarray(record_images, np.int64))
+        offsets = np.asarray(key_offsets, np.int64)
+        np.save(os.path.join(writer.tmp, "record_key_offsets.npy"), offsets)
         meta = store_meta(material, names, workers, counts, first, trained)
         return {**meta, "images": len(image_offsets) - 1}
 

@@ -17,28 +17,28 @@
 
 ``pixel_values`` are uint8 ``(N, 3, H, W)``: the batch's images in the order their placeholders
 appear, row by row, decoded and transformed as the image kinds do
-(:class:`~datamodules.imaging.scaled.ImageDecoder`,
-:class:`~datamodules.imaging.batches.ImageBatchWriter`).
+(:class:`~datamodules.image_text.conversation_pixels.BatchPixels`). A record whose image does not
+decode is named, or under ``on_error="skip"`` left out of its batch (its row keeps the other
+records; a row left empty is dropped; a batch left empty holds the split's next good record).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
 from collates.pack_budgets import BudgetPlan, budget_plan
+from collates.pack_plan import PackPlan
 from collates.pack_rows import IGNORE_INDEX, RowTable, gather_rows
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
-from datamodules.imaging.batches import ImageBatchWriter
+from datamodules.image_text.conversation_pixels import BatchPixels
 from datamodules.imaging.decoding import preload as preload_decoders
-from datamodules.imaging.scaled import ImageDecoder
-from datamodules.imaging.transforms import as_height_width
 from datamodules.tokens.encoding import EncodedTexts, gather_padded
 from datamodules.tokens.store import StoredDocuments
 
@@ -123,6 +123,7 @@ class ImageConversations:
         offsets = np.append(self.starts, store.num_tokens).astype(np.int64)
         self.encoded = EncodedTexts(self.tokens_np, self.lengths, None, offsets=offsets)
         self.trained = EncodedTexts(self.trained_np, self.lengths, None, offsets=offsets)
+        self._keys: np.ndarray | None = None  # where each record's key starts
 
     def _cut(
         self, start: int, n: int, seq_length: int | None, max_images: int | None
@@ -144,6 +145,21 @@ class ImageConversations:
     def where(self, index: int) -> str:
         """Names a record: its shard and record number (or row)."""
         return self.store.where(int(self.keep[index]))
+
+    def place(self, index: int) -> tuple[str, str]:
+        """``(shard, "record N, key 'k'")`` (``"row N"`` for Parquet) of a record, for
+        messages and ``dm.skipped``."""
+        shard, _, place = self.where(index).rpartition(", ")
+        if self._keys is None:  # mapped on the first error only
+            self._keys = np.load(os.path.join(self.path, "record_key_offsets.npy"), mmap_mode="r")
+        record = int(self.keep[index])
+        start, end = int(self._keys[record]), int(self._keys[record + 1])
+        if start == end:  # a Parquet row: no key
+            return shard, place
+        with open(os.path.join(self.path, "record_keys.bin"), "rb") as keys:
+            keys.seek(start)
+            key = keys.read(end - start).decode(errors="replace")
+        return shard, f"{place}, key {key!r}"
 
     @property
     def num_tokens(self) -> int:
@@ -168,49 +184,21 @@ class ImageConversations:
         return digest.hexdigest()[:16]
 
 
-class _Pixels:
-    """The images of a batch, decoded and transformed into one uint8 batch (in a worker)."""
-
-    def __init__(self, transform: Any, decode: str, image_size: Any) -> None:
-        self.transform, self.decode = transform, decode
-        self.size = as_height_width(image_size)
-        self._decoder: ImageDecoder | None = None
-
-    def __call__(self, docs: ImageConversations, records: Sequence[int]) -> torch.Tensor:
-        if self._decoder is None:
-            self._decoder = ImageDecoder(self.transform, self.decode)
-        images = [(r, data) for r in records for data in docs.image_bytes(r)]
-        if not images:
-            return torch.zeros((0, 3, *self.size), dtype=torch.uint8)
-        writer = ImageBatchWriter(len(images), self.transform)
-        for record, data in images:
-            image, own = self._decoder.bytes(data, docs.where(record))
-            writer.add(image, own)
-        return writer.batch()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_decoder": None}
-
-
 class PaddedConversationView(SplitView):
     """Padded batches of records with their labels and images (see the module docstring).
 
     Args:
         docs: The split's records.
         indices: Positions of the split's records in ``docs``.
-        transform: The split's image transform (uint8 ``(3, H, W)``).
+        pixels: The split's image path (its transform, ``decode`` and ``on_error``).
         pad_id: Id written at padding.
-        decode: ``"scaled"`` or ``"full"``.
-        image_size: What the transform produces (for a batch without images).
     """
 
     def __init__(
-        self, docs: ImageConversations, indices: torch.Tensor, transform: Any, pad_id: int,
-        decode: str, image_size: Any,
-    ) -> None:  # fmt: skip
+        self, docs: ImageConversations, indices: torch.Tensor, pixels: BatchPixels, pad_id: int
+    ) -> None:
         super().__init__(indices, None)
-        self.docs, self.pad_id = docs, pad_id
-        self.pixels = _Pixels(transform, decode, image_size)
+        self.docs, self.pixels, self.pad_id = docs, pixels, pad_id
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -223,13 +211,20 @@ class PaddedConversationView(SplitView):
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         rows = self.rows(batch)
+        pixels, kept = self.pixels(self.docs, rows.tolist())
+        if len(kept) < len(rows):  # records left out under on_error="skip"
+            if not kept:
+                n, last = len(self.indices), int(batch[-1])
+                after = (int(self.indices[(last + k) % n]) for k in range(1, n + 1))
+                pixels, kept = self.pixels(self.docs, [self.pixels.fill(self.docs, after)])
+            rows = torch.tensor(kept, dtype=torch.int64)
         ids, mask, _ = gather_padded(self.docs.encoded, rows, self.pad_id, "right")
         flags, _, _ = gather_padded(self.docs.trained, rows, 0, "right")
         return {
             "input_ids": ids,
             "labels": ids.masked_fill(flags == 0, IGNORE_INDEX),
             "attention_mask": mask,
-            "pixel_values": self.pixels(self.docs, rows.tolist()),
+            "pixel_values": pixels,
         }
 
 
@@ -264,7 +259,8 @@ class BudgetBatches:
         self.seq_length, self.max_images = seq_length, max_images
         self.batch_size = batch_size
         self.image_tokens = docs.image_tokens
-        self.table = RowTable.from_plan(self.plan.rows, docs.starts[positions], seq_length)
+        self.offsets = docs.starts[positions]
+        self.table = RowTable.from_plan(self.plan.rows, self.offsets, seq_length)
         self.fingerprint = (
             f"{docs.fingerprint()}-{seq_length}-{batch_size}-{max_images}-{shuffle}-{seed}"
         )
@@ -284,6 +280,32 @@ class BudgetBatches:
         row_ptr, doc = self.plan.rows.row_ptr, self.plan.rows.doc
         return [int(self.order[d]) for r in rows for d in doc[row_ptr[r] : row_ptr[r + 1]]]
 
+    def after(self, rows: list[int]) -> Iterator[int]:
+        """The plan's records after those of ``rows`` (its last), wrapping around."""
+        doc, n = self.plan.rows.doc, len(self.plan.rows.doc)
+        end = int(self.plan.rows.row_ptr[rows[-1] + 1])
+        return (int(self.order[doc[(end + k) % n]]) for k in range(n))
+
+    def table_of(self, rows: list[int], kept: list[int]) -> RowTable:
+        """The rows of ``rows`` holding only the records ``kept``, rows left empty dropped;
+        a record ``kept`` outside them (one that fills the batch) in a row of its own."""
+        plan, keep, seen = self.plan.rows, set(kept), set()
+        pieces: list[int] = []
+        row_ptr = [0]
+        for r in rows:
+            for p in range(int(plan.row_ptr[r]), int(plan.row_ptr[r + 1])):
+                if int(self.order[plan.doc[p]]) in keep:
+                    pieces.append(p)
+                    seen.add(int(self.order[plan.doc[p]]))
+            if len(pieces) > row_ptr[-1]:
+                row_ptr.append(len(pieces))
+        for record in keep - seen:
+            pieces.append(int(np.flatnonzero(self.order[plan.doc] == record)[0]))
+            row_ptr.append(len(pieces))
+        at = np.asarray(pieces, np.int64)
+        part = PackPlan(plan.doc[at], plan.start[at], plan.length[at], np.asarray(row_ptr))
+        return RowTable.from_plan(part, self.offsets, self.seq_length)
+
     def efficiencies(self) -> tuple[float, float]:
         """``(token efficiency, image efficiency)`` of the plan: tokens per row slot, and
         images per batch against ``max_images`` (1.0 without an image budget)."""
@@ -297,19 +319,15 @@ class PackedConversationView(SplitView):
     Args:
         docs: The split's records.
         batches: The split's plan.
-        transform: The split's image transform.
+        pixels: The split's image path (its transform, ``decode`` and ``on_error``).
         pad_id: Id written at padding.
-        decode: ``"scaled"`` or ``"full"``.
-        image_size: What the transform produces.
     """
 
     def __init__(
-        self, docs: ImageConversations, batches: BudgetBatches, transform: Any, pad_id: int,
-        decode: str, image_size: Any,
-    ) -> None:  # fmt: skip
+        self, docs: ImageConversations, batches: BudgetBatches, pixels: BatchPixels, pad_id: int
+    ) -> None:
         super().__init__(torch.arange(batches.num_batches, dtype=torch.int64), None)
-        self.docs, self.batches, self.pad_id = docs, batches, pad_id
-        self.pixels = _Pixels(transform, decode, image_size)
+        self.docs, self.batches, self.pixels, self.pad_id = docs, batches, pixels, pad_id
 
     def preload(self) -> None:
         """Imports the image decoders (before the loader forks its workers)."""
@@ -320,10 +338,18 @@ class PackedConversationView(SplitView):
             raise ValueError(f"a packed conversation batch is one planned batch, got {batch}.")
         rows = self.batches.rows(int(batch))
         table = self.batches.table
+        records = self.batches.records(rows)
+        pixels, kept = self.pixels(self.docs, records)
+        if len(kept) < len(records):  # records left out under on_error="skip"
+            if not kept:
+                filler = self.pixels.fill(self.docs, self.batches.after(rows))
+                pixels, kept = self.pixels(self.docs, [filler])
+            table = self.batches.table_of(rows, kept)
+            rows = list(range(table.num_rows))
         out = gather_rows(self.docs.tokens_np, table, rows, self.pad_id)
         flags = gather_rows(self.docs.trained_np, table, rows, 0)["input_ids"]
         out["labels"].masked_fill_(flags == 0, IGNORE_INDEX)
-        out["pixel_values"] = self.pixels(self.docs, self.batches.records(rows))
+        out["pixel_values"] = pixels
         return out
 
 

@@ -34,6 +34,7 @@ from datamodules.image_text.conversation_mixtures import (
     ConversationBlend,
     MixedConversationView,
 )
+from datamodules.image_text.conversation_pixels import BatchPixels
 from datamodules.image_text.conversation_records import (
     ConversationReader,
     ImageConversationRenderer,
@@ -54,7 +55,7 @@ from datamodules.tokens.store import store_key
 __all__ = ["STORE_VERSION", "ConversationParts", "image_token_ids"]
 
 #: Bumped when what the store holds for the same inputs changes.
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 
 def image_token_ids(tokenizer: Any, image_token: str) -> int:
@@ -198,20 +199,24 @@ class ConversationParts:
         batches of one source each, as the mix draws them."""
         if isinstance(docs, ConversationBlend):
             return MixedConversationView(dm, docs, self, split)
-        transform = dm.transform_for(split)
+        pixels = self.pixels(dm, split)
         if not self.packing:
-            return PaddedConversationView(
-                docs, indices, transform, self.chat.pad_id, dm.decode, dm.image_size
-            )
+            return PaddedConversationView(docs, indices, pixels, self.chat.pad_id)
         if split not in self._batches:
             assert self.seq_length is not None
             self._batches[split] = BudgetBatches(
                 docs, indices, self.seq_length, dm.batch_size, self.max_images,
                 shuffle=dm.shuffle and split == "train", seed=dm.shuffle_seed,
             )  # fmt: skip
-        return PackedConversationView(
-            docs, self._batches[split], transform, self.chat.pad_id, dm.decode, dm.image_size
-        )
+        return PackedConversationView(docs, self._batches[split], pixels, self.chat.pad_id)
+
+    def pixels(self, dm: Any, split: str) -> BatchPixels:
+        """A split's image path: its transform, ``decode``, and ``on_error`` with the
+        DataModule's skip channel (records left out in workers counted in ``dm.skipped``)."""
+        return BatchPixels(
+            dm.transform_for(split), dm.decode, dm.image_size, self.on_error,
+            dm.image_records.channel(),
+        )  # fmt: skip
 
     def sampler(self, dm: Any, split: str, view: Any, rank: int, world: int) -> Any:
         """The split's sampler: records in batches of ``batch_size``, or planned batches."""

@@ -3,8 +3,10 @@
 * :class:`ImageBatchView`: a split of an image folder whose item is a whole batch
   ``(images uint8 (B, 3, H, W) channels-last, targets int64 (B,))``; unreadable files raise
   :class:`~datamodules.imaging.decoding.ImageDecodeError` or, under ``on_error="skip"``, are
-  replaced by the next readable sample and sent to ``dm.skipped``
-  (:class:`~datamodules.core.skipped.SkipChannel`).
+  left out of their batch and sent to ``dm.skipped``
+  (:class:`~datamodules.core.skipped.SkipChannel`), each once where its batch reads it; a
+  batch whose files are all unreadable holds the split's next readable sample instead,
+  reported as repeated.
 """
 
 from __future__ import annotations
@@ -56,16 +58,17 @@ class ImageBatchView(SplitView):
         self.on_error = on_error
         self.skips = skips
 
-    def decode(self, row: int) -> tuple[torch.Tensor, Any] | None:
+    def decode(self, row: int, quiet: bool = False) -> tuple[torch.Tensor, Any] | None:
         """Decodes one sample (interleaved layout) for the transform: ``(image, its own
-        transform or None)`` as :meth:`ImageDecoder.file` gives; None if it was skipped."""
+        transform or None)`` as :meth:`ImageDecoder.file` gives; None if it was skipped (and
+        sent to ``dm.skipped`` unless ``quiet``)."""
         path = self.index.path(row)
         try:
             return self.decoder.file(path)
         except ImageDecodeError as error:
             if self.on_error == "raise":
                 raise
-            if self.skips is not None:
+            if self.skips is not None and not quiet:
                 self.skips.send(path, None, error.reason or str(error))
             return None
 
@@ -93,11 +96,13 @@ class ImageBatchView(SplitView):
         return writer.batch(), targets
 
     def _substitute(self, after: int) -> tuple[tuple[torch.Tensor, Any], int]:
+        """The split's next readable sample after row ``after``, reported as repeated; the
+        unreadable ones passed over are not sent again (their own batches send them, once)."""
         split_rows = self.indices.tolist()
         start = split_rows.index(after) if after in split_rows else 0
         for offset in range(1, len(split_rows) + 1):
             row = split_rows[(start + offset) % len(split_rows)]
-            decoded = self.decode(row)
+            decoded = self.decode(row, quiet=True)
             if decoded is not None:
                 if self.skips is not None:
                     self.skips.send(self.index.path(row), None, "repeated to fill an all-bad batch")

@@ -163,12 +163,18 @@ class ImageRecords(NormalizeOnDevice):
         """The collate of a split's image records (``transform``: the split's, on uint8
         ``(3, H, W)``; ``fields``: what else a batch holds, see
         :class:`~datamodules.stream_parts.image_batches.ImageRecordCollate`)."""
-        if self.on_error == "skip" and self.skips is None:
-            self.skips = SkipChannel()
+        self.channel()
         return ImageRecordCollate(
             self.image_keys, self.label_key, self.class_names, transform, self.on_error,
             self.skips, self.decode, fields,
         )  # fmt: skip
+
+    def channel(self) -> SkipChannel | None:
+        """Where workers send the records they leave out (``on_error="skip"``; made once,
+        before the workers start), drained into ``dm.skipped``; None under ``"raise"``."""
+        if self.on_error == "skip" and self.skips is None:
+            self.skips = SkipChannel()
+        return self.skips
 
     @staticmethod
     def reader(reader: Any) -> Any:

@@ -476,6 +476,27 @@ def test_pixel_values_are_normalised_on_the_device(shards: Path, tok: Any) -> No
     assert torch.equal(moved["input_ids"], batch["input_ids"])  # the rest as it was
 
 
+def test_the_summary_is_logged_once_through_setup_fit_and_test(
+    shards: Path, tok: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As examples/train_vlm.py runs it: setup("fit") first, then fit (train and val), then test.
+    from tests.datamodules.contract import quiet_trainer
+    from tests.recording import RecordingModel
+
+    val = f"{shards}/val/*.tar"
+    dm = make(shards, tok, val_files=val, test_files=val, packing=True, seq_length=160,
+              max_images=5, batch_size=2)  # fmt: skip
+    dm.setup("fit")
+    model = RecordingModel(record_ids)
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1)
+    with caplog.at_level("INFO", logger="datamodules"):
+        trainer.fit(model, datamodule=dm)
+        trainer.test(model, datamodule=dm, verbose=False)
+    summaries = [r for r in caplog.records if r.getMessage().startswith("ImageTextDataModule\n")]
+    assert len(summaries) == 1 and "max_images" in summaries[0].getMessage()
+    assert model.seen["val"] and model.seen["test"]  # both ran, and logged no second summary
+
+
 class _CountingModel(pl.LightningModule):
     """Trains one parameter on the batch's image count (what LightningCLI needs of a model)."""
 

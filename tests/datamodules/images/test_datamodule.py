@@ -266,6 +266,29 @@ class TestBadFiles:
         assert len(images) == len(targets) == 1
         assert any("repeated" in reason for _, reason in dm.skipped)
 
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_skip_counts_each_bad_file_once_when_a_batch_is_filled(
+        self, tmp_path: Path, workers: int
+    ) -> None:
+        # In order, batches of 2: [cat/000, dog/000], [empty, random] (all bad: filled with the
+        # next readable file, fox/000, the search passing truncated), [truncated, fox/000].
+        root = write_folder(tmp_path / "data", per_class=(1, 1, 1))
+        write_bad_files(root)
+        dm = ImageFolderDataModule(
+            str(root), image_size=SIZE, val_split=0, batch_size=2, shuffle=False,
+            num_workers=workers, on_error="skip",
+        )  # fmt: skip
+        with pytest.warns(RuntimeWarning, match=r"skipped 4 unreadable file\(s\)"):
+            batches = [batch_ids(b) for b in dm.train_dataloader()]
+        assert batches == [[0, 1], [2], [2]]  # fox/000 (colour 2) fills the second batch
+        counts = {str(Path(p).relative_to(root)): n for p, n in dm.skipped.counts.items()}
+        assert counts == {
+            "dog/empty.jpg": 1, "dog/random.jpg": 1, "dog/truncated.jpg": 1, "fox/000.png": 1
+        }  # fmt: skip
+        filled = dict(dm.skipped)[str(root / "fox" / "000.png")]
+        assert filled == "repeated to fill an all-bad batch"
+        assert dm.skipped.total == 4
+
     def test_missing_root(self, tmp_path: Path) -> None:
         dm = ImageFolderDataModule(str(tmp_path / "nowhere"))
         with pytest.raises(FileNotFoundError, match="nowhere"):
