@@ -55,11 +55,11 @@ def coco_annotations() -> list[dict[str, Any]]:
 
 
 def write_coco(root: Path, name: str = "train.json", anns: list | None = None) -> Path:
-    """Images under ``root/images`` and ``root/<name>`` (file names relative to images/)."""
+    """Images under ``root/images`` and ``root/<name>`` (file names ``images/imgN.png``)."""
     images = []
     for image_id, (w, h) in COCO_SIZES.items():
-        file = f"img{image_id}.png"
-        write_image(root / "images" / file, w, h, image_id * 20)
+        file = f"images/img{image_id}.png"
+        write_image(root / file, w, h, image_id * 20)
         images.append({"id": image_id, "file_name": file, "width": w, "height": h})
     data = {
         "images": images,
