@@ -40,13 +40,25 @@ def coco_annotations() -> list[dict[str, Any]]:
             "segmentation": [[2, 3, 12, 3, 12, 15, 2, 15]],
         })  # fmt: skip
         next_id += 1
-    anns.append({
-        "id": 200, "image_id": 1, "category_id": 3, "bbox": [40.0, 20.0, 20.0, 20.0],
-        "iscrowd": 0, "segmentation": [],
-    })  # fmt: skip  (clipped to 40, 20, 48, 32)
-    anns.append({
-        "id": 201, "image_id": 2, "category_id": 7, "bbox": [5.0, 5.0, 0.0, 4.0], "iscrowd": 0,
-    })  # fmt: skip  (no area: left out)
+    anns.append(
+        {
+            "id": 200,
+            "image_id": 1,
+            "category_id": 3,
+            "bbox": [40.0, 20.0, 20.0, 20.0],
+            "iscrowd": 0,
+            "segmentation": [],
+        }
+    )  # fmt: skip  (clipped to 40, 20, 48, 32)
+    anns.append(
+        {
+            "id": 201,
+            "image_id": 2,
+            "category_id": 7,
+            "bbox": [5.0, 5.0, 0.0, 4.0],
+            "iscrowd": 0,
+        }
+    )  # fmt: skip  (no area: left out)
     anns.append({
         "id": 202, "image_id": 3, "category_id": 1, "bbox": [20.0, 10.0, 8.0, 6.0],
         "iscrowd": 1, "segmentation": {"size": [32, 48], "counts": [320, 6, 26, 6, 1200]},
@@ -91,7 +103,9 @@ def write_yolo(root: Path, yaml: bool = True) -> Path:
             label.write_text("".join(f"{line}\n" for line in lines))
     path = root / "data.yaml"
     if yaml:
-        path.write_text("path: .\ntrain: images/train\nval: images/val\nnames:\n  0: cat\n  1: dog\n")
+        path.write_text(
+            "path: .\ntrain: images/train\nval: images/val\nnames:\n  0: cat\n  1: dog\n"
+        )
     return path
 
 

@@ -62,7 +62,10 @@ def test_the_index_is_parsed_once_and_rebuilt_when_the_annotations_change(tmp_pa
     ("change", "message"),
     [
         ({"image_id": 99}, "annotation id 100: image_id 99 is not among the file's images"),
-        ({"category_id": 5}, "annotation id 100: category_id 5 is not among the categories [1, 3, 7]"),
+        (
+            {"category_id": 5},
+            "annotation id 100: category_id 5 is not among the categories [1, 3, 7]",
+        ),
         ({"segmentation": [[1, 2, 3, 4, 5]]}, "annotation id 100: polygon 0 has 5 numbers"),
         ({"bbox": [1, 2, 3]}, "annotation id 100: bbox [1, 2, 3] is not four numbers"),
     ],

@@ -30,9 +30,7 @@ def test_batches_hold_one_group_cover_the_epoch_and_are_even(world: int, batch_s
     for epoch in range(3):
         per_rank, counts = [], []
         for rank in range(world):
-            sampler = GroupedBatchSampler(
-                GROUPS, batch_size, seed=7, num_replicas=world, rank=rank
-            )
+            sampler = GroupedBatchSampler(GROUPS, batch_size, seed=7, num_replicas=world, rank=rank)
             sampler.set_epoch(epoch)
             batches = list(sampler)
             assert len(batches) == len(sampler)
