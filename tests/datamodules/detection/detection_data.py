@@ -30,7 +30,7 @@ def coco_annotations() -> list[dict[str, Any]]:
     box reaching past its image (clipped), a box without area (left out), image 6 empty."""
     anns: list[dict[str, Any]] = []
     next_id = 100
-    for image_id, (w, h) in COCO_SIZES.items():
+    for image_id, (_w, _h) in COCO_SIZES.items():
         if image_id == 6:
             continue
         cat = [1, 3, 7][image_id % 3]
