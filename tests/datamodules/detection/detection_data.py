@@ -135,3 +135,43 @@ def write_voc(root: Path) -> Path:
     (main / "train.txt").write_text("000001\n000002\n")
     (main / "val.txt").write_text("000003\n")
     return root
+
+
+#: The contract's images: ids 0..22 (an image's id is its index), landscape and portrait.
+CONTRACT_IMAGES = 23
+
+
+def write_contract_coco(root: Path) -> Path:
+    """23 images with ids equal to their positions, one or two boxes each (the last none)."""
+    images, anns = [], []
+    for i in range(CONTRACT_IMAGES):
+        w, h = (40, 24) if i % 3 else (24, 40)
+        file = f"images/c{i}.png"
+        write_image(root / file, w, h, i * 10)
+        images.append({"id": i, "file_name": file, "width": w, "height": h})
+        for k in range(0 if i == CONTRACT_IMAGES - 1 else 1 + i % 2):
+            x, y = 2 + 3 * k + i % 5, 2 + 2 * k
+            anns.append({
+                "id": 1000 + 10 * i + k, "image_id": i, "category_id": [1, 3, 7][(i + k) % 3],
+                "bbox": [x, y, 8 + i % 4, 9], "iscrowd": 0,
+            })  # fmt: skip
+    path = root / "contract.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": CATEGORIES}))
+    return path
+
+
+def image_ids(batch: Any) -> list[int]:
+    """The image ids of a ``"torchvision"`` batch (in the contract data, their indices)."""
+    return [int(t["image_id"]) for t in batch[1]]
+
+
+def contract_datamodule(root: str, **kwargs: Any) -> Any:
+    from datamodules import DetectionDataModule
+
+    kwargs = {"batch_size": 4, "num_workers": 0, **kwargs}
+    return DetectionDataModule(Path(root) / "contract.json", **kwargs)
+
+
+def ddp_datamodule(root: str) -> tuple[Any, Any]:
+    """The DataModule each DDP process of the contract builds, and its batch ids."""
+    return contract_datamodule(root, batch_size=3, val_split=5), image_ids
