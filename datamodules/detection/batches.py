@@ -24,6 +24,7 @@ from torchvision.transforms import v2
 
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
+from datamodules.detection.collate import collate_torchvision
 from datamodules.imaging.decoding import decode_image
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
@@ -93,6 +94,8 @@ class DetectionBatchView(SplitView):
         transform: A joint v2 transform of ``(image, target)``, or None.
         crowd: ``"ignore"`` (crowd objects in ``crowd_boxes``, not in ``boxes``), ``"drop"``
             or ``"keep"`` (in ``boxes``, ``iscrowd`` 1).
+        collate: Turns the list of ``(image, target)`` samples into the batch
+            (:mod:`~datamodules.detection.collate`; default torchvision's lists).
     """
 
     def __init__(
@@ -102,10 +105,12 @@ class DetectionBatchView(SplitView):
         transform: Callable[..., Any] | None,
         *,
         crowd: str = "ignore",
+        collate: Callable[[list[Any]], Any] = collate_torchvision,
     ) -> None:
         super().__init__(indices, transform)
         self.index = index
         self.crowd = crowd
+        self.collate = collate
         #: Boxes dropped in this process because a transform left them without area.
         self.dropped = 0
 
@@ -150,10 +155,5 @@ class DetectionBatchView(SplitView):
             )
         return image.as_subclass(torch.Tensor), target
 
-    def __getitem__(self, batch: torch.Tensor) -> tuple[list[torch.Tensor], list[dict]]:
-        images, targets = [], []
-        for i in self.rows(batch).tolist():
-            image, target = self.sample(i)
-            images.append(image)
-            targets.append(target)
-        return images, targets
+    def __getitem__(self, batch: torch.Tensor) -> Any:
+        return self.collate([self.sample(i) for i in self.rows(batch).tolist()])

@@ -10,6 +10,7 @@ evaluation image once across ranks; splits, DDP shares, resume and the loaders a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,12 @@ from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.batches import CROWD, DetectionBatchView, default_transforms
+from datamodules.detection.collate import (
+    BATCH_FORMATS,
+    collate_hf,
+    collate_torchvision,
+    collate_yolo,
+)
 from datamodules.detection.grouping import (
     ExactEvalSampler,
     GroupedBatchSampler,
@@ -38,7 +45,6 @@ from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DetectionDataModule"]
 
-FORMATS = ("torchvision",)
 Spec = str | os.PathLike
 
 
@@ -74,6 +80,12 @@ class DetectionDataModule(BaseDataModule):
             images (``uint8`` from the loader, float in [0, 1] on the device) and a list of
             dicts (``boxes`` XYXY ``tv_tensors.BoundingBoxes``, ``labels`` int64 from 1,
             ``image_id``, ``iscrowd``, ``area``; ``crowd_boxes`` with ``crowd="ignore"``).
+            ``"hf"``: ``pixel_values`` (padded), ``pixel_mask`` and ``labels`` as
+            transformers' DETR-family processors give them. ``"yolo"``: letterboxed
+            ``images`` (B, 3, S, S) and ``targets`` (M, 6) ``[batch_index, class, cx, cy, w,
+            h]`` normalised, as Ultralytics' loaders give (see
+            :mod:`~datamodules.detection.collate`).
+        image_size: ``"yolo"``'s letterbox side S (default 640; only for ``"yolo"``).
         min_size: The default transform's short side (None: images keep their size).
         max_size: The default transform's bound on the long side.
         group_by_aspect_ratio: Train batches hold images of one aspect-ratio group: True (two
@@ -85,8 +97,9 @@ class DetectionDataModule(BaseDataModule):
         transforms: A torchvision.transforms.v2 transform of ``(image, target)`` for
             training (default: resize by ``min_size`` / ``max_size``, then a horizontal flip).
         eval_transforms: The same for evaluation (default: the resize only).
-        normalize: On the device, also normalise with ImageNet's mean and std (torchvision's
-            detection models normalise inside, so the default is False).
+        normalize: On the device, after scaling to [0, 1], also normalise with ImageNet's mean
+            and std; None: only for ``"hf"`` (as its processors do; torchvision's models
+            normalise inside, Ultralytics' take [0, 1]).
         on_error: ``"raise"`` or ``"skip"`` bad annotations (counted in :attr:`skipped`).
         cache: The folder of annotation indexes (default: ``.datamodules-detection/`` beside
             the annotations when writable, else ``$DATAMODULES_CACHE/detection``).
@@ -104,6 +117,7 @@ class DetectionDataModule(BaseDataModule):
         images: Spec | None = None,
         classes: list[str] | None = None,
         batch_format: str = "torchvision",
+        image_size: int | None = None,
         min_size: int | None = None,
         max_size: int | None = None,
         group_by_aspect_ratio: bool | int = True,
@@ -111,7 +125,7 @@ class DetectionDataModule(BaseDataModule):
         crowd: str = "ignore",
         transforms: Callable[..., Any] | None = None,
         eval_transforms: Callable[..., Any] | None = None,
-        normalize: bool = False,
+        normalize: bool | None = None,
         on_error: str = "raise",
         cache: Spec | None = None,
         batch_size: int = 32,
@@ -145,7 +159,13 @@ class DetectionDataModule(BaseDataModule):
             isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
         ):
             raise rejected("classes", classes, "a list of class names or None", TypeError)
-        check_choice(batch_format, "batch_format", FORMATS)
+        check_choice(batch_format, "batch_format", BATCH_FORMATS)
+        check_int(image_size, "image_size", 32, allow_none=True)
+        if image_size is not None and batch_format != "yolo":
+            raise rejected(
+                "image_size", image_size, "None unless batch_format='yolo' (its letterbox "
+                "side); resize other formats with min_size / max_size or transforms",
+            )  # fmt: skip
         check_int(min_size, "min_size", 1, allow_none=True)
         check_int(max_size, "max_size", 1, allow_none=True)
         if not isinstance(group_by_aspect_ratio, bool):
@@ -155,13 +175,16 @@ class DetectionDataModule(BaseDataModule):
         for name, value in (("transforms", transforms), ("eval_transforms", eval_transforms)):
             if value is not None and not callable(value):
                 raise rejected(name, value, "a transforms.v2 transform or None", TypeError)
-        check_bool(normalize, "normalize")
+        if normalize is not None:
+            check_bool(normalize, "normalize")
         check_on_error(on_error)
         self.classes_given = None if classes is None else list(classes)
         self.batch_format, self.min_size, self.max_size = batch_format, min_size, max_size
         self.group_by_aspect_ratio, self.empty, self.crowd = group_by_aspect_ratio, empty, crowd
         self.transforms, self.eval_transforms = transforms, eval_transforms
-        self.normalize, self.on_error = normalize, on_error
+        self.image_size = 640 if image_size is None and batch_format == "yolo" else image_size
+        self.normalize = batch_format == "hf" if normalize is None else normalize
+        self.on_error = on_error
         self.indexes: dict[str, AnnotationIndex] = {}
         #: Train images left out by ``empty="drop"``.
         self.empty_dropped = 0
@@ -213,8 +236,9 @@ class DetectionDataModule(BaseDataModule):
 
     @property
     def num_classes(self) -> int:
-        """Classes plus the background: the ``num_classes`` of a torchvision detector."""
-        return len(self.classes) + 1
+        """A model's ``num_classes``: with ``"torchvision"`` the classes plus the background
+        (label 0), else the classes."""
+        return len(self.classes) + (self.batch_format == "torchvision")
 
     # ------------------------------------------------------------------ views and samplers
     def transform_for(self, split: str) -> Callable[..., Any] | None:
@@ -229,7 +253,14 @@ class DetectionDataModule(BaseDataModule):
             keep = counts[indices] > 0
             self.empty_dropped = int((~keep).sum())
             indices = indices[keep]
-        return DetectionBatchView(dataset, indices, self.transform_for(split), crowd=self.crowd)
+        collate: Any = collate_torchvision
+        if self.batch_format == "hf":
+            collate = collate_hf
+        elif self.batch_format == "yolo":
+            collate = functools.partial(collate_yolo, size=self.image_size)
+        return DetectionBatchView(
+            dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate
+        )
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         common = {"seed": self.shuffle_seed, "num_replicas": world, "rank": rank}
@@ -248,10 +279,13 @@ class DetectionDataModule(BaseDataModule):
     # ------------------------------------------------------------------ on the device
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """``uint8`` images to float in [0, 1] (normalised with ``normalize``), on the device."""
-        images, targets = batch
         mean, std = (IMAGENET_MEAN, IMAGENET_STD) if self.normalize else (None, None)
-        floats = [to_float(image.unsqueeze(0), mean, std)[0] for image in images]
-        return floats, targets
+        if self.batch_format == "hf":
+            return {**batch, "pixel_values": to_float(batch["pixel_values"], mean, std)}
+        if self.batch_format == "yolo":
+            return {**batch, "images": to_float(batch["images"], mean, std)}
+        images, targets = batch
+        return [to_float(image.unsqueeze(0), mean, std)[0] for image in images], targets
 
     # ------------------------------------------------------------------ reports
     @property
