@@ -25,6 +25,7 @@ from torchvision.transforms import v2
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.collate import collate_torchvision
+from datamodules.detection.masks import object_mask, require_pycocotools
 from datamodules.imaging.decoding import decode_image
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
@@ -96,6 +97,8 @@ class DetectionBatchView(SplitView):
             or ``"keep"`` (in ``boxes``, ``iscrowd`` 1).
         collate: Turns the list of ``(image, target)`` samples into the batch
             (:mod:`~datamodules.detection.collate`; default torchvision's lists).
+        masks: Add ``masks``, a ``tv_tensors.Mask`` (K, H, W) ``uint8`` of the objects in
+            ``boxes`` (:mod:`~datamodules.detection.masks`; needs pycocotools).
     """
 
     def __init__(
@@ -106,11 +109,15 @@ class DetectionBatchView(SplitView):
         *,
         crowd: str = "ignore",
         collate: Callable[[list[Any]], Any] = collate_torchvision,
+        masks: bool = False,
     ) -> None:
         super().__init__(indices, transform)
         self.index = index
         self.crowd = crowd
         self.collate = collate
+        self.masks = masks
+        if masks:
+            require_pycocotools()
         #: Boxes dropped in this process because a transform left them without area.
         self.dropped = 0
 
@@ -120,18 +127,33 @@ class DetectionBatchView(SplitView):
         image = decode_image(index.image_path(i))
         height, width = image.shape[-2:]
         boxes, labels, crowd = index.objects(i)
+        rows = np.arange(index.rows(i).start, index.rows(i).stop)
         target: dict[str, Any] = {"image_id": int(index.image_ids[i])}
         if self.crowd == "ignore":
             target["crowd_boxes"] = _boxes(boxes[crowd], height, width)
-            boxes, labels, crowd = boxes[~crowd], labels[~crowd], crowd[~crowd]
+            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
         elif self.crowd == "drop":
-            boxes, labels, crowd = boxes[~crowd], labels[~crowd], crowd[~crowd]
+            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
         target["boxes"] = _boxes(boxes, height, width)
         target["labels"] = torch.from_numpy(labels + 1)
         target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
+        if self.masks:
+            target["masks"] = self._masks(rows, boxes, height, width)
         if self.transform is not None:
             image, target = self.transform(tv_tensors.Image(image), target)
         return self._sanitized(image, target)
+
+    def _masks(
+        self, rows: np.ndarray, boxes: np.ndarray, height: int, width: int
+    ) -> tv_tensors.Mask:
+        coco = require_pycocotools()
+        index = self.index
+        found = [
+            object_mask(index.segmentation(int(row)), box, height, width, coco)
+            for row, box in zip(rows, boxes, strict=True)
+        ]
+        stacked = np.stack(found) if found else np.zeros((0, height, width), dtype=np.uint8)
+        return tv_tensors.Mask(torch.from_numpy(stacked))
 
     def _sanitized(self, image: Any, target: dict[str, Any]) -> tuple[torch.Tensor, dict]:
         boxes = target["boxes"]
@@ -147,6 +169,8 @@ class DetectionBatchView(SplitView):
         )
         target["labels"] = target["labels"][keep]
         target["iscrowd"] = target["iscrowd"][keep]
+        if "masks" in target:
+            target["masks"] = tv_tensors.Mask(target["masks"].as_subclass(torch.Tensor)[keep])
         target["area"] = (wide * high)[keep]
         if "crowd_boxes" in target:
             crowd = target["crowd_boxes"].as_subclass(torch.Tensor)

@@ -40,6 +40,7 @@ from datamodules.detection.grouping import (
     aspect_ratio_groups,
 )
 from datamodules.detection.index import load_index
+from datamodules.detection.masks import require_pycocotools
 from datamodules.imaging.normalize import to_float
 from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
 
@@ -85,6 +86,9 @@ class DetectionDataModule(BaseDataModule):
             ``images`` (B, 3, S, S) and ``targets`` (M, 6) ``[batch_index, class, cx, cy, w,
             h]`` normalised, as Ultralytics' loaders give (see
             :mod:`~datamodules.detection.collate`).
+        masks: Add each object's mask to the ``"torchvision"`` targets (``masks``, a
+            ``tv_tensors.Mask`` (K, H, W), transformed with the image), decoded as
+            pycocotools' ``annToMask`` decodes polygons and RLE (the ``detection`` extra).
         image_size: ``"yolo"``'s letterbox side S (default 640; only for ``"yolo"``).
         min_size: The default transform's short side (None: images keep their size).
         max_size: The default transform's bound on the long side.
@@ -116,6 +120,7 @@ class DetectionDataModule(BaseDataModule):
         *,
         images: Spec | None = None,
         classes: list[str] | None = None,
+        masks: bool = False,
         batch_format: str = "torchvision",
         image_size: int | None = None,
         min_size: int | None = None,
@@ -161,6 +166,14 @@ class DetectionDataModule(BaseDataModule):
             raise rejected("classes", classes, "a list of class names or None", TypeError)
         check_choice(batch_format, "batch_format", BATCH_FORMATS)
         check_int(image_size, "image_size", 32, allow_none=True)
+        check_bool(masks, "masks")
+        if masks and batch_format != "torchvision":
+            raise rejected(
+                "masks", masks, f"False with batch_format={batch_format!r}: masks come in the "
+                "'torchvision' format only so far",
+            )  # fmt: skip
+        if masks:
+            require_pycocotools()
         if image_size is not None and batch_format != "yolo":
             raise rejected(
                 "image_size", image_size, "None unless batch_format='yolo' (its letterbox "
@@ -182,6 +195,7 @@ class DetectionDataModule(BaseDataModule):
         self.batch_format, self.min_size, self.max_size = batch_format, min_size, max_size
         self.group_by_aspect_ratio, self.empty, self.crowd = group_by_aspect_ratio, empty, crowd
         self.transforms, self.eval_transforms = transforms, eval_transforms
+        self.masks = masks
         self.image_size = 640 if image_size is None and batch_format == "yolo" else image_size
         self.normalize = batch_format == "hf" if normalize is None else normalize
         self.on_error = on_error
@@ -259,8 +273,9 @@ class DetectionDataModule(BaseDataModule):
         elif self.batch_format == "yolo":
             collate = functools.partial(collate_yolo, size=self.image_size)
         return DetectionBatchView(
-            dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate
-        )
+            dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate,
+            masks=self.masks,
+        )  # fmt: skip
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         common = {"seed": self.shuffle_seed, "num_replicas": world, "rank": rank}
