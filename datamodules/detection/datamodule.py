@@ -319,6 +319,29 @@ class DetectionDataModule(BaseDataModule):
             split: int(index.meta.get("degenerate", 0)) for split, index in self.indexes.items()
         }
 
+    def describe_data(self) -> list[str]:
+        """Per split, its images and objects, and the objects of each class (for
+        ``python -m datamodules inspect``)."""
+        indices = self._require_setup()
+        lines = []
+        for split in ("train", "val", "test"):
+            index = self.split_datasets[split]
+            chosen = indices[split].numpy()
+            objects = int(np.asarray(index.counts())[chosen].sum())
+            images = counted(len(chosen), "image")
+            lines.append(f"  {split}: {images}, {counted(objects, 'object')}")
+        train = self.split_datasets["train"]
+        rows = np.concatenate(
+            [np.arange(train.offsets[i], train.offsets[i + 1]) for i in indices["train"].numpy()]
+            or [np.zeros(0, dtype=np.int64)]
+        )
+        per_class = np.bincount(np.asarray(train.labels)[rows], minlength=len(self.classes))
+        lines.append(
+            "  train objects per class: "
+            + ", ".join(f"{name} {int(n)}" for name, n in zip(self.classes, per_class, strict=True))
+        )
+        return lines
+
     def extra_summary(self) -> list[str]:
         """The annotations of each split and the rules."""
         lines = [

@@ -4,6 +4,7 @@ arguments."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,25 @@ def test_bad_arguments_are_named(tmp_path: Path, kwargs: dict, error: type, matc
 def test_no_train_split_is_refused() -> None:
     with pytest.raises(ValueError, match="needs train="):
         DetectionDataModule()
+
+
+def test_skipped_annotations_are_listed_and_workers_keep_bounding_boxes(tmp_path: Path) -> None:
+    path = write_coco(tmp_path)
+    data = json.loads(path.read_text())
+    data["annotations"][0]["category_id"] = 99
+    path.write_text(json.dumps(data))
+    dm = DetectionDataModule(path, on_error="skip", num_workers=1, batch_size=5, val_split=0)
+    dm.setup()
+    assert dm.skipped.records == 1
+    assert dm.skipped.messages == [
+        f"{path}: annotation id 100: category_id 99 is not among the categories [1, 3, 7]"
+    ]
+    targets = [t for _, batch in dm.train_dataloader() for t in batch]
+    assert sorted(t["image_id"] for t in targets) == sorted(COCO_SIZES)
+    assert all(isinstance(t["boxes"], tv_tensors.BoundingBoxes) for t in targets)
+    assert dm.describe_data() == [
+        "  train: 10 images, 10 objects",
+        "  val: 0 images, 0 objects",
+        "  test: 0 images, 0 objects",
+        "  train objects per class: cat 3, dog 3, zebra 4",
+    ]
