@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,9 +105,9 @@ class IndexBuilder:
         self.counts[image] += 1
         return True
 
-    def write(self, directory: str, meta: dict[str, Any] | None = None) -> None:
-        """Writes the arrays and ``meta.json`` into ``directory`` (created; its parent must
-        exist), renamed into place when complete."""
+    def write(self, directory: str, meta: dict[str, Any] | None = None) -> AnnotationIndex:
+        """Writes the arrays and ``meta.json`` into ``directory`` (created, or replaced; its
+        parent must exist), renamed into place when complete; returns the index, mapped."""
         partial = f"{directory}.partial-{os.getpid()}"
         os.makedirs(partial, exist_ok=True)
         path_bytes, path_offsets = _packed(self.paths)
@@ -140,7 +141,10 @@ class IndexBuilder:
         }
         with open(os.path.join(partial, "meta.json"), "w", encoding="utf-8") as handle:
             json.dump(info, handle)
+        if os.path.isdir(directory):  # an older index of the same name: replaced
+            shutil.rmtree(directory)
         os.replace(partial, directory)
+        return AnnotationIndex.open(directory)
 
 
 class AnnotationIndex:
