@@ -74,7 +74,8 @@ class DetectionDataModule(BaseDataModule):
         val: The validation split, in any of those forms; None: the ``data.yaml``'s or VOC
             root's, else ``val_split`` of train.
         test: The test split, likewise (``test_split`` of train when none is found).
-        images: The image folder of COCO files (default: each JSON file's folder).
+        images: The image folder of COCO files (default: each JSON file's folder), or one
+            per split, ``{"train": "coco/train2017", "val": "coco/val2017"}``.
         classes: Class names in label order (default: the train split's categories by id,
             YOLO's ``names``, VOC's names sorted); other splits are mapped to them.
         batch_format: ``"torchvision"``: ``(images, targets)``, a list of ``(3, H, W)``
@@ -118,7 +119,7 @@ class DetectionDataModule(BaseDataModule):
         val: Spec | None = None,
         test: Spec | None = None,
         *,
-        images: Spec | None = None,
+        images: Spec | Mapping[str, Spec] | None = None,
         classes: list[str] | None = None,
         masks: bool = False,
         batch_format: str = "torchvision",
@@ -153,7 +154,15 @@ class DetectionDataModule(BaseDataModule):
             _spec(val, "val"),
             _spec(test, "test"),
         )
-        self.images, self.cache = _spec(images, "images"), _spec(cache, "cache")
+        if isinstance(images, Mapping):
+            unknown = sorted(set(images) - {"train", "val", "test"})
+            if unknown:
+                raise rejected("images", dict(images), "a folder, or one per split (keys "
+                               "'train', 'val', 'test')")  # fmt: skip
+            self.images: Any = {k: _spec(v, f"images[{k!r}]") for k, v in images.items()}
+        else:
+            self.images = _spec(images, "images")
+        self.cache = _spec(cache, "cache")
         overridden = type(self).load_annotations is not DetectionDataModule.load_annotations
         if self.train is None and not overridden:
             raise ValueError(
@@ -222,7 +231,8 @@ class DetectionDataModule(BaseDataModule):
         if implicit and not spec.endswith((".yaml", ".yml")) and not _is_voc(spec):
             return None
         return load_index(
-            spec, split, images=self.images, classes=classes, on_error=self.on_error,
+            spec, split, images=self.images.get(split) if isinstance(self.images, dict) else
+            self.images, classes=classes, on_error=self.on_error,
             cache=self.cache,
         )  # fmt: skip
 

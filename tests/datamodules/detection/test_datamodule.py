@@ -216,3 +216,23 @@ def test_skipped_annotations_are_listed_and_workers_keep_bounding_boxes(tmp_path
         "  test: 0 images, 0 objects",
         "  train objects per class: cat 3, dog 3, zebra 4",
     ]
+
+
+def test_coco_images_may_live_in_a_folder_per_split(tmp_path: Path) -> None:
+    train = write_coco(tmp_path / "train")
+    val = write_coco(tmp_path / "val", "val.json")
+    (tmp_path / "ann").mkdir()
+    for path, name in ((train, "train.json"), (val, "val.json")):
+        data = json.loads(path.read_text())
+        for image in data["images"]:
+            image["file_name"] = image["file_name"].removeprefix("images/")
+        (tmp_path / "ann" / name).write_text(json.dumps(data))
+    dm = DetectionDataModule(
+        tmp_path / "ann" / "train.json", tmp_path / "ann" / "val.json", num_workers=0,
+        images={"train": tmp_path / "train" / "images", "val": tmp_path / "val" / "images"},
+    )  # fmt: skip
+    dm.setup("fit")
+    assert dm.indexes["val"].image_path(0) == str(tmp_path / "val" / "images" / "img1.png")
+    assert (dm.split_size("train"), dm.split_size("val")) == (10, 10)
+    with pytest.raises(ValueError, match="images"):
+        DetectionDataModule(tmp_path / "ann" / "train.json", images={"eval": "x"})
