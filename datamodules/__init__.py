@@ -18,6 +18,7 @@ __all__ = [
     "BaseDataModule",
     "ChatDataModule",
     "DataWaitMonitor",
+    "DetectionDataModule",
     "ImageFolderDataModule",
     "ImageTextDataModule",
     "PreferenceDataModule",
@@ -34,6 +35,7 @@ _HOMES = {
     "BaseDataModule": "datamodules.core.base",
     "ChatDataModule": "datamodules.chat.datamodule",
     "DataWaitMonitor": "datamodules.tools.monitor",
+    "DetectionDataModule": "datamodules.detection.datamodule",
     "ImageFolderDataModule": "datamodules.images.datamodule",
     "ImageTextDataModule": "datamodules.image_text.datamodule",
     "PreferenceDataModule": "datamodules.preference.datamodule",
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from datamodules.chat.datamodule import ChatDataModule
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source
+    from datamodules.detection.datamodule import DetectionDataModule
     from datamodules.image_text.datamodule import ImageTextDataModule
     from datamodules.images.datamodule import ImageFolderDataModule
     from datamodules.preference.datamodule import PreferenceDataModule

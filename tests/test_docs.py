@@ -244,6 +244,17 @@ def check_sine_waves(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert torch.allclose(raw, want, atol=1e-5)
 
 
+def check_red_squares(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dm = run()["SquaresDataModule"](str(tmp_path), batch_size=4, num_workers=0)
+    dm.setup("fit")
+    assert (dm.split_size("train"), dm.split_size("val")) == (16, 4) and dm.classes == ["square"]
+    images, targets = next(iter(dm.val_dataloader()))
+    for image, target in zip(images, targets, strict=True):
+        i = target["image_id"]
+        assert target["boxes"].tolist() == [[2 + i, 4, 14 + i, 16]]
+        assert image[:, 10, 8 + i].tolist() == [255, 0, 0]  # red inside the square
+
+
 def write_tones(root: Path) -> None:
     """Twelve short .wav tones named ``{low,high}-N.wav`` (for the tone-folder block)."""
     import numpy as np
@@ -287,6 +298,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "chat-renderer": check_chat_renderer,
     "preference-subclass": check_preference_subclass,
     "sine-waves": check_sine_waves,
+    "red-squares": check_red_squares,
     "tone-folder": check_tone_folder,
 }
 
@@ -310,7 +322,7 @@ def test_subclass_examples_stay_short() -> None:
     """The docs promise a subclass of each DataModule in under 20 lines."""
     for name in (
         "wine", "csv-images", "surnames", "pairs", "preference-subclass", "sine-waves",
-        "tone-folder",
+        "tone-folder", "red-squares",
     ):  # fmt: skip
         lines = [line for line in BLOCKS[name][1].splitlines() if line.strip()]
         assert len(lines) < 20, f"{name}: {len(lines)} lines"

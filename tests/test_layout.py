@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = (
     "tensor", "images", "text", "streaming", "chat", "image_text", "preference", "time_series",
-    "audio",
+    "audio", "detection",
 )  # fmt: skip
 #: Shared layers: what two data kinds need, below both, named for what they hold: remote reads
 #: (streams and text), image decoding and transforms (image folders and image streams), and the

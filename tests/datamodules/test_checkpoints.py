@@ -493,6 +493,31 @@ def audio_case(tmp_path: Path) -> RichCase:
     )
 
 
+def detection_case(tmp_path: Path) -> RichCase:
+    """COCO with aspect-ratio grouped batches, crowd kept, a v2 transform (not saved)."""
+    from torchvision.transforms import v2
+
+    from datamodules import DetectionDataModule
+    from tests.datamodules.detection.detection_data import image_ids, write_contract_coco
+
+    path = write_contract_coco(tmp_path / "coco")
+    return RichCase(
+        make=lambda: DetectionDataModule(
+            path,
+            crowd="keep",
+            empty="drop",
+            group_by_aspect_ratio=1,
+            transforms=v2.RandomHorizontalFlip(0.5),
+            batch_size=3,
+            val_split=4,
+            num_workers=0,
+        ),
+        batch_ids=image_ids,
+        unsaved={"transforms"},
+        again=lambda: {"transforms": v2.RandomHorizontalFlip(0.5)},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -508,6 +533,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "preference-packed": preference_case,
     "time-series": time_series_case,
     "audio-duration-batches": audio_case,
+    "detection-grouped": detection_case,
 }
 
 

@@ -97,6 +97,11 @@ def sine_waves(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
     return runner("sine-waves")()["SineDataModule"](**kwargs), kwargs
 
 
+def squares(tmp_path: Path) -> tuple[BaseDataModule, dict[str, Any]]:
+    kwargs = {"root": str(tmp_path), "count": 12, "batch_size": 4, "num_workers": 0}
+    return runner("red-squares")()["SquaresDataModule"](**kwargs), kwargs
+
+
 CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "tensor-docs-wine": wine,
     "image-folder-docs-csv-images": csv_images,
@@ -105,6 +110,7 @@ CASES: dict[str, Callable[[Path], tuple[BaseDataModule, dict[str, Any]]]] = {
     "streaming": stream,
     "preference-docs-subclass": preference,
     "time-series-docs-sine-waves": sine_waves,
+    "detection-docs-squares": squares,
 }
 
 
@@ -114,6 +120,8 @@ def first_ids(batch: Any) -> list[int]:
     if isinstance(batch, dict):
         key = "id" if "id" in batch else "lengths" if "lengths" in batch else "input_ids"
         return batch[key].flatten().tolist()
+    if isinstance(batch[1], list):  # detection: (images, targets)
+        return [int(t["image_id"]) for t in batch[1]]
     return batch[1].flatten().tolist()
 
 

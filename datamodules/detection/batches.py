@@ -1,0 +1,183 @@
+"""Detection batches: images decoded, targets built by the rules, transformed jointly.
+
+:class:`DetectionBatchView` turns a batch of split positions into what torchvision's
+detection models take: a list of ``uint8`` ``(3, H, W)`` images and a list of target dicts
+(``boxes`` a ``tv_tensors.BoundingBoxes`` in XYXY pixels, ``labels`` int64, ``image_id``,
+``iscrowd``, ``area``; ``crowd_boxes`` with ``crowd="ignore"``). Images decode through the
+image kinds' decoder (:mod:`datamodules.imaging.decoding`). A torchvision.transforms.v2
+transform gets ``(image, target)`` and moves the boxes with the pixels; afterwards boxes are
+clamped to the image and those left without area are dropped (counted in ``dropped``).
+
+Labels in this format are ``1 +`` the index into ``classes``: torchvision's detection models
+keep label 0 for the background (build them with ``num_classes=len(classes) + 1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from datamodules.core.views import SplitView
+from datamodules.detection.arrays import AnnotationIndex
+from datamodules.detection.collate import collate_torchvision
+from datamodules.detection.masks import object_mask, require_pycocotools
+from datamodules.imaging.decoding import decode_image
+
+__all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
+
+#: What ``crowd=`` accepts.
+CROWD = ("ignore", "drop", "keep")
+
+
+class ResizeMinMax:
+    """Resizes image and boxes so that the short side is ``min_size`` and the long side at
+    most ``max_size`` (torchvision's ``GeneralizedRCNNTransform`` rule).
+
+    Args:
+        min_size: The short side's length (None: only ``max_size`` bounds the long side).
+        max_size: The long side's bound (None: no bound).
+    """
+
+    def __init__(self, min_size: int | None, max_size: int | None) -> None:
+        self.min_size, self.max_size = min_size, max_size
+
+    def size(self, height: int, width: int) -> tuple[int, int]:
+        """The output (height, width) of an image of this size."""
+        short, long = min(height, width), max(height, width)
+        scale = self.min_size / short if self.min_size is not None else 1.0
+        if self.max_size is not None and long * scale > self.max_size:
+            scale = self.max_size / long
+        return max(1, round(height * scale)), max(1, round(width * scale))
+
+    def __call__(self, image: Any, target: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        height, width = image.shape[-2:]
+        size = self.size(height, width)
+        if size == (height, width):
+            return image, target
+        return v2.Resize(size, antialias=True)(image, target)
+
+    def __repr__(self) -> str:
+        return f"ResizeMinMax(min_size={self.min_size}, max_size={self.max_size})"
+
+
+def default_transforms(
+    train: bool, min_size: int | None, max_size: int | None
+) -> Callable[..., Any] | None:
+    """The default joint transform: resize by ``min_size`` / ``max_size`` (when given), and
+    a horizontal flip with probability 0.5 in training."""
+    steps: list[Any] = []
+    if min_size is not None or max_size is not None:
+        steps.append(ResizeMinMax(min_size, max_size))
+    if train:
+        steps.append(v2.RandomHorizontalFlip(0.5))
+    if not steps:
+        return None
+    return steps[0] if len(steps) == 1 else v2.Compose(steps)
+
+
+def _boxes(values: np.ndarray, height: int, width: int) -> tv_tensors.BoundingBoxes:
+    return tv_tensors.BoundingBoxes(
+        torch.from_numpy(values).reshape(-1, 4), format="XYXY", canvas_size=(height, width)
+    )
+
+
+class DetectionBatchView(SplitView):
+    """A split of an :class:`~datamodules.detection.arrays.AnnotationIndex`, a batch a call.
+
+    Args:
+        index: The split's annotations.
+        indices: The split's positions in ``index``.
+        transform: A joint v2 transform of ``(image, target)``, or None.
+        crowd: ``"ignore"`` (crowd objects in ``crowd_boxes``, not in ``boxes``), ``"drop"``
+            or ``"keep"`` (in ``boxes``, ``iscrowd`` 1).
+        collate: Turns the list of ``(image, target)`` samples into the batch
+            (:mod:`~datamodules.detection.collate`; default torchvision's lists).
+        masks: Add ``masks``, a ``tv_tensors.Mask`` (K, H, W) ``uint8`` of the objects in
+            ``boxes`` (:mod:`~datamodules.detection.masks`; needs pycocotools).
+    """
+
+    def __init__(
+        self,
+        index: AnnotationIndex,
+        indices: torch.Tensor,
+        transform: Callable[..., Any] | None,
+        *,
+        crowd: str = "ignore",
+        collate: Callable[[list[Any]], Any] = collate_torchvision,
+        masks: bool = False,
+    ) -> None:
+        super().__init__(indices, transform)
+        self.index = index
+        self.crowd = crowd
+        self.collate = collate
+        self.masks = masks
+        if masks:
+            require_pycocotools()
+        #: Boxes dropped in this process because a transform left them without area.
+        self.dropped = 0
+
+    def sample(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Image ``i`` of the index and its target, transformed."""
+        index = self.index
+        image = decode_image(index.image_path(i))
+        height, width = image.shape[-2:]
+        boxes, labels, crowd = index.objects(i)
+        rows = np.arange(index.rows(i).start, index.rows(i).stop)
+        target: dict[str, Any] = {"image_id": int(index.image_ids[i])}
+        if self.crowd == "ignore":
+            target["crowd_boxes"] = _boxes(boxes[crowd], height, width)
+            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
+        elif self.crowd == "drop":
+            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
+        target["boxes"] = _boxes(boxes, height, width)
+        target["labels"] = torch.from_numpy(labels + 1)
+        target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
+        if self.masks:
+            target["masks"] = self._masks(rows, boxes, height, width)
+        if self.transform is not None:
+            image, target = self.transform(tv_tensors.Image(image), target)
+        return self._sanitized(image, target)
+
+    def _masks(
+        self, rows: np.ndarray, boxes: np.ndarray, height: int, width: int
+    ) -> tv_tensors.Mask:
+        coco = require_pycocotools()
+        index = self.index
+        found = [
+            object_mask(index.segmentation(int(row)), box, height, width, coco)
+            for row, box in zip(rows, boxes, strict=True)
+        ]
+        stacked = np.stack(found) if found else np.zeros((0, height, width), dtype=np.uint8)
+        return tv_tensors.Mask(torch.from_numpy(stacked))
+
+    def _sanitized(self, image: Any, target: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+        boxes = target["boxes"]
+        height, width = image.shape[-2:]
+        clamped = boxes.as_subclass(torch.Tensor).clone()
+        clamped[:, 0::2].clamp_(0, width)
+        clamped[:, 1::2].clamp_(0, height)
+        wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
+        keep = (wide > 0) & (high > 0)
+        self.dropped += int((~keep).sum())
+        target["boxes"] = tv_tensors.BoundingBoxes(
+            clamped[keep], format="XYXY", canvas_size=(height, width)
+        )
+        target["labels"] = target["labels"][keep]
+        target["iscrowd"] = target["iscrowd"][keep]
+        if "masks" in target:
+            target["masks"] = tv_tensors.Mask(target["masks"].as_subclass(torch.Tensor)[keep])
+        target["area"] = (wide * high)[keep]
+        if "crowd_boxes" in target:
+            crowd = target["crowd_boxes"].as_subclass(torch.Tensor)
+            target["crowd_boxes"] = tv_tensors.BoundingBoxes(
+                crowd, format="XYXY", canvas_size=(height, width)
+            )
+        return image.as_subclass(torch.Tensor), target
+
+    def __getitem__(self, batch: torch.Tensor) -> Any:
+        return self.collate([self.sample(i) for i in self.rows(batch).tolist()])

@@ -1,0 +1,157 @@
+"""COCO JSON annotations into an :class:`~datamodules.detection.arrays.IndexBuilder`.
+
+Boxes (``bbox`` ``[x, y, w, h]`` -> XYXY), polygons and RLE (kept as given, for masks),
+``iscrowd``, and category ids that need not be contiguous (``1, 3, 90``): labels follow the
+categories sorted by id, and ``classes`` names them. Images are taken in order of their ids,
+as torchvision's ``CocoDetection`` takes them. A bad annotation is named with the file and its
+annotation id: an image id not among the images, an unknown category id, a box that is not
+four numbers, a malformed polygon or RLE, a missing image file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from datamodules.detection.arrays import IndexBuilder
+from datamodules.detection.problems import AnnotationError, Problems
+
+__all__ = ["coco_classes", "parse_coco", "segmentation_problem"]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def segmentation_problem(segmentation: Any) -> str | None:
+    """What is wrong with a COCO ``segmentation`` (polygons or an RLE), or None."""
+    if segmentation is None or segmentation == []:
+        return None
+    if isinstance(segmentation, list):
+        for k, polygon in enumerate(segmentation):
+            if not isinstance(polygon, list) or not all(_number(v) for v in polygon):
+                return f"polygon {k} is not a list of numbers"
+            if len(polygon) % 2 or len(polygon) < 6:
+                return (
+                    f"polygon {k} has {len(polygon)} numbers; a polygon is x, y pairs of at "
+                    "least 3 points (an even count, 6 or more)"
+                )
+        return None
+    if isinstance(segmentation, dict):
+        size, counts = segmentation.get("size"), segmentation.get("counts")
+        sized = isinstance(size, list) and len(size) == 2
+        if not (sized and all(isinstance(v, int) for v in size)):
+            return f"RLE size {size!r} is not [height, width]"
+        if not isinstance(counts, (str, list)):
+            return f"RLE counts {type(counts).__name__} is neither a string nor a list"
+        return None
+    return f"segmentation {type(segmentation).__name__} is neither polygons nor an RLE"
+
+
+def _load(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise AnnotationError(f"{path}: cannot read COCO JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise AnnotationError(f"{path}: not COCO JSON (no 'images' list)")
+    return data
+
+
+def coco_classes(data: dict[str, Any], path: str) -> tuple[list[int], list[str]]:
+    """The category ids sorted, and their names."""
+    categories = data.get("categories") or []
+    try:
+        pairs = sorted((int(c["id"]), str(c["name"])) for c in categories)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnnotationError(f"{path}: a category has no integer 'id' or no 'name'") from exc
+    return [i for i, _ in pairs], [n for _, n in pairs]
+
+
+def parse_coco(
+    path: str,
+    *,
+    images: str | None = None,
+    classes: Sequence[str] | None = None,
+    on_error: str = "raise",
+) -> IndexBuilder:
+    """Reads a COCO JSON file.
+
+    Args:
+        path: The JSON file.
+        images: The folder of the ``file_name``s (default: the JSON's folder).
+        classes: The class names of another split to keep labels equal (category names
+            outside them are refused); default: this file's categories by id.
+        on_error: ``"raise"`` or ``"skip"`` (bad annotations and images left out, counted).
+
+    Returns:
+        The builder, filled.
+    """
+    data = _load(path)
+    ids, names = coco_classes(data, path)
+    if classes is None:
+        classes = names
+    known = {name: label for label, name in enumerate(classes)}
+    label_of: dict[int, int] = {}
+    for category_id, name in zip(ids, names, strict=True):
+        if name not in known:
+            raise AnnotationError(
+                f"{path}: category {category_id} {name!r} is not among the classes of the "
+                f"train split {list(classes)}"
+            )
+        label_of[category_id] = known[name]
+    builder = IndexBuilder(classes, path)
+    problem = Problems(on_error, builder.skipped)
+    folder = images if images is not None else os.path.dirname(os.path.abspath(path))
+    by_id: dict[int, dict[str, Any]] = {}
+    for image in data["images"]:
+        try:
+            by_id[int(image["id"])] = image
+        except (KeyError, TypeError, ValueError):
+            problem(path, f"image {image!r} has no integer 'id'")
+    objects: dict[int, list[dict[str, Any]]] = {i: [] for i in by_id}
+    for ann in data.get("annotations") or []:
+        where = f"{path}: annotation id {ann.get('id')}"
+        image_id = ann.get("image_id")
+        if image_id not in objects:
+            problem(where, f"image_id {image_id!r} is not among the file's images")
+            continue
+        if ann.get("category_id") not in label_of:
+            problem(
+                where,
+                f"category_id {ann.get('category_id')!r} is not among the categories {ids}",
+            )
+            continue
+        bbox = ann.get("bbox")
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_number(v) for v in bbox)):
+            problem(where, f"bbox {bbox!r} is not four numbers [x, y, width, height]")
+            continue
+        why = segmentation_problem(ann.get("segmentation"))
+        if why is not None:
+            problem(where, why)
+            continue
+        objects[image_id].append(ann)
+    for image_id in sorted(by_id):
+        image = by_id[image_id]
+        where = f"{path}: image id {image_id}"
+        try:
+            file = os.path.join(folder, str(image["file_name"]))
+            height, width = int(image["height"]), int(image["width"])
+        except (KeyError, TypeError, ValueError):
+            problem(where, "an image needs 'file_name', 'height' and 'width'")
+            continue
+        if not os.path.isfile(file):
+            problem(where, f"image file {file} is missing")
+            continue
+        position = builder.add_image(file, image_id, height, width)
+        for ann in objects[image_id]:
+            x, y, w, h = ann["bbox"]
+            builder.add_object(
+                position, (x, y, x + w, y + h), label_of[ann["category_id"]],
+                crowd=bool(ann.get("iscrowd", 0)), annotation_id=int(ann.get("id", -1)),
+                segmentation=ann.get("segmentation") or None,
+            )  # fmt: skip
+    return builder
