@@ -19,7 +19,8 @@ The parts are the shared layers': the shard layer reads the files, the token sto
 (:mod:`datamodules.tokens.store`) keeps the rendered ids, pack planning, packed rows and the
 row sampler are :mod:`datamodules.tokens.packing`'s, length buckets
 :mod:`datamodules.core.buckets`'; the inputs and their store are a
-:class:`~datamodules.conversations.corpus.RecordCorpus`.
+:class:`~datamodules.conversations.corpus.RecordCorpus`, each split's documents, view and
+sampler a :class:`~datamodules.conversations.batching.RecordBatching` (``dm.batching``).
 """
 
 from __future__ import annotations
@@ -32,25 +33,21 @@ import torch
 
 from datamodules.chat.views import ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
-from datamodules.conversations.batching import RecordBatching
-from datamodules.conversations.corpus import RecordCorpus, is_dataset
+from datamodules.conversations.batching import RecordBatching, check_batching
+from datamodules.conversations.corpus import is_dataset, record_corpus, source_paths, split_inputs
 from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.checks import check_int
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
-from datamodules.core.overlong import OVERLONG, OverlongReport
+from datamodules.core.overlong import OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.remote.listing import cache_root
-from datamodules.remote.retrying import check_remote_options
 from datamodules.tokenizing.loading import load_tokenizer
-from datamodules.tokens.blends import TokenBlends, check_blend
-from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.blends import TokenBlends
 from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackPlanner
 
@@ -192,25 +189,10 @@ class ChatDataModule(BaseDataModule):
         )
         self.tokenizer = tokenizer
         self.train_on, self.messages_key = train_on, messages_key
-        check_bool(packing, "packing")
-        check_int(seq_length, "seq_length", 1, allow_none=True)
-        check_int(max_length, "max_length", 1, allow_none=True)
+        check_batching(
+            packing, seq_length, max_length, bucket, overlong, on_error, unit="conversation"
+        )
         check_int(pad_to_multiple_of, "pad_to_multiple_of", 1, allow_none=True)
-        check_bool(bucket, "bucket")
-        check_choice(overlong, "overlong", OVERLONG)
-        check_on_error(on_error)
-        if packing and seq_length is None:
-            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
-        if not packing and seq_length is not None:
-            raise ValueError(
-                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
-                "or max_length= for the longest padded conversation."
-            )
-        if packing and max_length is not None:
-            raise ValueError(
-                f"max_length={max_length} limits padded conversations; with packing=True the "
-                f"limit is seq_length={seq_length}: drop max_length."
-            )
         if packing and pad_to_multiple_of is not None:
             raise ValueError("pad_to_multiple_of applies to padded batches, not packing=True.")
         self.packing, self.seq_length, self.max_length = packing, seq_length, max_length
@@ -221,25 +203,16 @@ class ChatDataModule(BaseDataModule):
         self.batching = RecordBatching(self, ChatPackedView, ChatPaddedView)
         self.blends = TokenBlends(
             self, sources, epoch_size, eval_per_source,
-            read=self._read_source, files_of=_source_paths, given=self.batching.given,
+            read=self._read_source, files_of=source_paths, given=self.batching.given,
             seq_length=seq_length if packing else None, pack_mode="whole",
             seed=self.shuffle_seed, unit="conversation", masked=True,
         )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
-        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
-            raise TypeError(
-                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
-                f"{cache_root('tokens')}) or False (render at every setup)."
-            )
-        self.token_cache = token_cache
-        storage_options = restored_storage_options(storage_options)
-        remote = check_remote_options(storage_options, retries, timeout)
-        save_without_credentials(self, storage_options)
-        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
-        self.corpus = RecordCorpus(
-            conversations, files, self.renderer, on_error, directory, tokenize_workers, remote,
-            self._ranks,
+        self.corpus = record_corpus(
+            self, conversations, files, token_cache, tokenize_workers,
+            (storage_options, retries, timeout), verb="render",
         )  # fmt: skip
+        self.token_cache = token_cache
         self.overlong_report = OverlongReport(type(self).__name__, "conversation", overlong)
 
     def _check_inputs(
@@ -259,14 +232,7 @@ class ChatDataModule(BaseDataModule):
                 f"conversations={type(conversations).__name__} is not accepted: use a list of "
                 "records (or of message lists) or a datasets.Dataset."
             )
-        files: dict[str, list[str] | None] = {}
-        sources: dict[str, list[Source] | None] = {}
-        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
-            name = SPLIT_FILES[split]
-            sources[split] = None if value is None else check_blend(value, name)
-            given = value is not None and sources[split] is None
-            files[split] = check_file_argument(value, name) if given else None
-        return files, sources
+        return split_inputs(train_file, val_file, test_file)
 
     def _ranks(self) -> tuple[int, int]:
         return store_ranks(self._trainer())
@@ -371,15 +337,11 @@ class ChatDataModule(BaseDataModule):
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("val"):
-            return self.blends.source_loaders("val")
-        return super().val_dataloader()
+        return self.blends.eval_loader("val", super().val_dataloader)
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("test"):
-            return self.blends.source_loaders("test")
-        return super().test_dataloader()
+        return self.blends.eval_loader("test", super().test_dataloader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Checks a checkpoint's train blend against this one (a changed mix continues: the
@@ -402,8 +364,3 @@ class ChatDataModule(BaseDataModule):
             ),
             lambda: self.overlong_report.line(*self._overlong_count()),
         )
-
-
-def _source_paths(split: str, source: Source) -> list[str]:
-    """What a chat blend reads for a source, as plain data (kept in the checkpoint's mix)."""
-    return list(source.paths)

@@ -24,13 +24,64 @@ import torch
 
 from collates.pack_rows import gather_rows
 from datamodules.core.buckets import BucketBatchSampler
+from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.overlong import OVERLONG
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.views import SplitView
 from datamodules.tokens.encoding import TextBatchView, gather_padded
 from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackedRowSampler, PackedTextView, PackPlanner, packing_lines
 
-__all__ = ["StorePackedView", "StorePaddedView", "RecordBatching"]
+__all__ = ["RecordBatching", "StorePackedView", "StorePaddedView", "check_batching"]
+
+
+def check_batching(
+    packing: Any,
+    seq_length: Any,
+    max_length: Any,
+    bucket: Any,
+    overlong: Any,
+    on_error: Any,
+    *,
+    unit: str,
+    shortest_row: int = 1,
+    row_limit: str = "",
+) -> None:
+    """Checks a record DataModule's batching arguments.
+
+    Args:
+        packing: ``packing=``.
+        seq_length: ``seq_length=``.
+        max_length: ``max_length=``.
+        bucket: ``bucket=``.
+        overlong: ``overlong=``.
+        on_error: ``on_error=``.
+        unit: What ``max_length`` limits, for the messages (``"conversation"``).
+        shortest_row: The least ``seq_length``.
+        row_limit: What ``seq_length`` limits when packing, said after it in a message.
+
+    Raises:
+        TypeError: A value of the wrong type, named.
+        ValueError: A value out of range, or arguments that do not go together, named.
+    """
+    check_bool(packing, "packing")
+    check_int(seq_length, "seq_length", shortest_row, allow_none=True)
+    check_int(max_length, "max_length", 1, allow_none=True)
+    check_bool(bucket, "bucket")
+    check_choice(overlong, "overlong", OVERLONG)
+    check_on_error(on_error)
+    if packing and seq_length is None:
+        raise ValueError("packing=True needs seq_length= (tokens per packed row).")
+    if not packing and seq_length is not None:
+        raise ValueError(
+            f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
+            f"or max_length= for the longest padded {unit}."
+        )
+    if packing and max_length is not None:
+        raise ValueError(
+            f"max_length={max_length} limits padded {unit}s; with packing=True the limit is "
+            f"seq_length={seq_length}{row_limit}: drop max_length."
+        )
 
 
 class StorePaddedView(TextBatchView):

@@ -17,7 +17,8 @@ packing (a pair shares a row), blends and resume deal pairs, never sequences. Ba
 The parts are the shared layers': :class:`~datamodules.conversations.corpus.RecordCorpus`
 (records from files, a list or a Dataset, and their store), the tokens layer's pack planner,
 row sampler and blends (:class:`~datamodules.tokens.blends.TokenBlends`, with this kind's
-views), the core's length buckets.
+views), :class:`~datamodules.conversations.batching.RecordBatching` (each split's documents,
+view and sampler, ``dm.batching``), the core's length buckets.
 
 Extension point: override :meth:`PreferenceDataModule.load_pairs` to return the records of
 your own dataset.
@@ -31,15 +32,15 @@ from typing import Any
 
 import torch
 
-from datamodules.conversations.batching import RecordBatching
-from datamodules.conversations.corpus import RecordCorpus, is_dataset
+from datamodules.conversations.batching import RecordBatching, check_batching
+from datamodules.conversations.corpus import is_dataset, record_corpus, source_paths, split_inputs
 from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.checks import check_int
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
-from datamodules.core.overlong import OVERLONG, OverlongReport
+from datamodules.core.overlong import OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -52,12 +53,8 @@ from datamodules.preference.views import (
     PairPaddedView,
     PreferenceDocuments,
 )
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.remote.listing import cache_root
-from datamodules.remote.retrying import check_remote_options
 from datamodules.tokenizing.loading import load_tokenizer
-from datamodules.tokens.blends import TokenBlends, check_blend
-from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.blends import TokenBlends
 from datamodules.tokens.mixture import BlendCorpus
 from datamodules.tokens.packing import PackPlanner
 
@@ -180,24 +177,10 @@ class PreferenceDataModule(BaseDataModule):
                 "labels to keep in proportion across the splits; leave stratify at its default, "
                 "False."
             )
-        check_bool(packing, "packing")
-        check_int(seq_length, "seq_length", 2, allow_none=True)
-        check_int(max_length, "max_length", 1, allow_none=True)
-        check_bool(bucket, "bucket")
-        check_choice(overlong, "overlong", OVERLONG)
-        check_on_error(on_error)
-        if packing and seq_length is None:
-            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
-        if not packing and seq_length is not None:
-            raise ValueError(
-                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
-                "or max_length= for the longest padded sequence."
-            )
-        if packing and max_length is not None:
-            raise ValueError(
-                f"max_length={max_length} limits padded sequences; with packing=True the limit "
-                f"is seq_length={seq_length} for a pair's two sequences: drop max_length."
-            )
+        check_batching(
+            packing, seq_length, max_length, bucket, overlong, on_error, unit="sequence",
+            shortest_row=2, row_limit=" for a pair's two sequences",
+        )  # fmt: skip
         self.renderer = PreferenceRenderer(
             tokenizer, chat_template, None if packing else max_length,
             seq_length if packing else None, overlong, eos_token,
@@ -211,26 +194,17 @@ class PreferenceDataModule(BaseDataModule):
         self.batching = RecordBatching(self, PairPackedView, PairPaddedView)
         self.blends = TokenBlends(
             self, sources, epoch_size, eval_per_source,
-            read=self._read_source, files_of=_source_paths, given=self.batching.given,
+            read=self._read_source, files_of=source_paths, given=self.batching.given,
             seq_length=seq_length if packing else None, pack_mode="whole",
             seed=self.shuffle_seed, unit="record", masked=True,
             views=(PairMixedPackedView, PairMixedDocView),
         )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
-        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
-            raise TypeError(
-                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
-                f"{cache_root('tokens')}) or False (tokenize at every setup)."
-            )
-        self.token_cache = token_cache
-        storage_options = restored_storage_options(storage_options)
-        remote = check_remote_options(storage_options, retries, timeout)
-        save_without_credentials(self, storage_options)
-        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
-        self.corpus = RecordCorpus(
-            pairs, files, self.renderer, on_error, directory, tokenize_workers, remote,
-            self._ranks, kind="preference",
+        self.corpus = record_corpus(
+            self, pairs, files, token_cache, tokenize_workers,
+            (storage_options, retries, timeout), verb="tokenize", kind="preference",
         )  # fmt: skip
+        self.token_cache = token_cache
         self.overlong_report = OverlongReport(type(self).__name__, "record", overlong)
 
     def _check_inputs(
@@ -250,14 +224,7 @@ class PreferenceDataModule(BaseDataModule):
                 f"pairs={type(pairs).__name__} is not accepted: use a list of records or a "
                 "datasets.Dataset."
             )
-        files: dict[str, list[str] | None] = {}
-        sources: dict[str, list[Source] | None] = {}
-        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
-            name = SPLIT_FILES[split]
-            sources[split] = None if value is None else check_blend(value, name)
-            given = value is not None and sources[split] is None
-            files[split] = check_file_argument(value, name) if given else None
-        return files, sources
+        return split_inputs(train_file, val_file, test_file)
 
     def _ranks(self) -> tuple[int, int]:
         return store_ranks(self._trainer())
@@ -395,15 +362,11 @@ class PreferenceDataModule(BaseDataModule):
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("val"):
-            return self.blends.source_loaders("val")
-        return super().val_dataloader()
+        return self.blends.eval_loader("val", super().val_dataloader)
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("test"):
-            return self.blends.source_loaders("test")
-        return super().test_dataloader()
+        return self.blends.eval_loader("test", super().test_dataloader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Checks a checkpoint's train blend against this one, then restores as the base does."""
@@ -427,8 +390,3 @@ def _describe(docs: PreferenceDocuments) -> str:
     kinds = ", ".join(f"{counted(n, k)}" for k, n in docs.kinds.items() if n)
     tokens = f"{docs.num_tokens:,} tokens, {docs.trained_tokens:,} in completions"
     return f"{kinds or 'no records'}, {tokens}"
-
-
-def _source_paths(split: str, source: Source) -> list[str]:
-    """What a blend reads for a source, as plain data (kept in the checkpoint's mix)."""
-    return list(source.paths)
