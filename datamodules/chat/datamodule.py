@@ -19,7 +19,8 @@ The parts are the shared layers': the shard layer reads the files, the token sto
 (:mod:`datamodules.tokens.store`) keeps the rendered ids, pack planning, packed rows and the
 row sampler are :mod:`datamodules.tokens.packing`'s, length buckets
 :mod:`datamodules.core.buckets`'; the inputs and their store are a
-:class:`~datamodules.conversations.corpus.RecordCorpus`.
+:class:`~datamodules.conversations.corpus.RecordCorpus`, each split's documents, view and
+sampler a :class:`~datamodules.conversations.batching.RecordBatching` (``dm.batching``).
 """
 
 from __future__ import annotations
@@ -32,27 +33,23 @@ import torch
 
 from datamodules.chat.views import ChatDocuments, ChatPackedView, ChatPaddedView
 from datamodules.conversations import ChatRenderer
-from datamodules.conversations.corpus import RecordCorpus, is_dataset
+from datamodules.conversations.batching import RecordBatching, check_batching
+from datamodules.conversations.corpus import is_dataset, record_corpus, source_paths, split_inputs
 from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
-from datamodules.core.buckets import BucketBatchSampler
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.checks import check_int
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
-from datamodules.core.overlong import OVERLONG, OverlongReport
+from datamodules.core.overlong import OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.remote.listing import cache_root
-from datamodules.remote.retrying import check_remote_options
 from datamodules.tokenizing.loading import load_tokenizer
-from datamodules.tokens.blends import TokenBlends, check_blend
-from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.blends import TokenBlends
 from datamodules.tokens.mixture import BlendCorpus
-from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
+from datamodules.tokens.packing import PackPlanner
 
 __all__ = ["ChatDataModule"]
 
@@ -192,25 +189,10 @@ class ChatDataModule(BaseDataModule):
         )
         self.tokenizer = tokenizer
         self.train_on, self.messages_key = train_on, messages_key
-        check_bool(packing, "packing")
-        check_int(seq_length, "seq_length", 1, allow_none=True)
-        check_int(max_length, "max_length", 1, allow_none=True)
+        check_batching(
+            packing, seq_length, max_length, bucket, overlong, on_error, unit="conversation"
+        )
         check_int(pad_to_multiple_of, "pad_to_multiple_of", 1, allow_none=True)
-        check_bool(bucket, "bucket")
-        check_choice(overlong, "overlong", OVERLONG)
-        check_on_error(on_error)
-        if packing and seq_length is None:
-            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
-        if not packing and seq_length is not None:
-            raise ValueError(
-                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
-                "or max_length= for the longest padded conversation."
-            )
-        if packing and max_length is not None:
-            raise ValueError(
-                f"max_length={max_length} limits padded conversations; with packing=True the "
-                f"limit is seq_length={seq_length}: drop max_length."
-            )
         if packing and pad_to_multiple_of is not None:
             raise ValueError("pad_to_multiple_of applies to padded batches, not packing=True.")
         self.packing, self.seq_length, self.max_length = packing, seq_length, max_length
@@ -218,29 +200,19 @@ class ChatDataModule(BaseDataModule):
         self.bucket, self.pad_to_multiple_of = bucket, pad_to_multiple_of
         files, sources = self._check_inputs(conversations, train_file, val_file, test_file)
         check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        self.batching = RecordBatching(self, ChatPackedView, ChatPaddedView)
         self.blends = TokenBlends(
             self, sources, epoch_size, eval_per_source,
-            read=self._read_source, files_of=_source_paths, given=self._given_split,
+            read=self._read_source, files_of=source_paths, given=self.batching.given,
             seq_length=seq_length if packing else None, pack_mode="whole",
             seed=self.shuffle_seed, unit="conversation", masked=True,
         )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
-        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
-            raise TypeError(
-                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
-                f"{cache_root('tokens')}) or False (render at every setup)."
-            )
-        self.token_cache = token_cache
-        storage_options = restored_storage_options(storage_options)
-        remote = check_remote_options(storage_options, retries, timeout)
-        save_without_credentials(self, storage_options)
-        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
-        self.corpus = RecordCorpus(
-            conversations, files, self.renderer, on_error, directory, tokenize_workers, remote,
-            self._ranks,
+        self.corpus = record_corpus(
+            self, conversations, files, token_cache, tokenize_workers,
+            (storage_options, retries, timeout), verb="render",
         )  # fmt: skip
-        self._documents: dict[str, ChatDocuments] = {}
-        self._planners: dict[str, PackPlanner] = {}
+        self.token_cache = token_cache
         self.overlong_report = OverlongReport(type(self).__name__, "conversation", overlong)
 
     def _check_inputs(
@@ -260,14 +232,7 @@ class ChatDataModule(BaseDataModule):
                 f"conversations={type(conversations).__name__} is not accepted: use a list of "
                 "records (or of message lists) or a datasets.Dataset."
             )
-        files: dict[str, list[str] | None] = {}
-        sources: dict[str, list[Source] | None] = {}
-        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
-            name = SPLIT_FILES[split]
-            sources[split] = None if value is None else check_blend(value, name)
-            given = value is not None and sources[split] is None
-            files[split] = check_file_argument(value, name) if given else None
-        return files, sources
+        return split_inputs(train_file, val_file, test_file)
 
     def _ranks(self) -> tuple[int, int]:
         return store_ranks(self._trainer())
@@ -283,40 +248,25 @@ class ChatDataModule(BaseDataModule):
         """The conversations of ``split``'s own inputs (train: ``conversations`` or
         ``train_file``) after ``overlong``, their store rendered first when missing; a blend
         of Sources gives one per source."""
-        if split not in self._documents:
-            blend = self.blends.corpus(split)
-            if blend is not None:
-                self._documents[split] = blend
-            else:
-                store = self.corpus.store(split)
-                self._documents[split] = ChatDocuments(
-                    store, self.limit, self.overlong, self._limit_name
-                )
-        return self._documents[split]
+        return self.batching.split_documents(split, lambda: self._read_source(split))
 
     @property
     def _limit_name(self) -> str:
         return "seq_length" if self.packing else "max_length"
 
-    def _read_source(self, split: str, files: list[str], name: str) -> ChatDocuments:
-        """One source of a split's blend: its conversations, rendered (or mapped) first."""
+    def _read_source(
+        self, split: str, files: list[str] | None = None, name: str | None = None
+    ) -> ChatDocuments:
+        """The conversations of a split's inputs (or of one source of its blend), rendered
+        (or mapped) first."""
         store = self.corpus.store(split, files, name)
         return ChatDocuments(store, self.limit, self.overlong, self._limit_name)
-
-    def _given_split(self, split: str) -> bool:
-        """Whether ``split`` has inputs of its own (``val_file`` / ``test_file``)."""
-        return self.corpus.has_split(split) or self.blends.sources.get(split) is not None
-
-    def _parts(self) -> list[ChatDocuments]:
-        """Every input's conversations, a blend's sources one by one."""
-        return [p for d in self._documents.values() for p in getattr(d, "parts", [d])]
 
     def build_dataset(self) -> ChatDocuments | BlendCorpus:
         return self.documents("train")
 
     def split_sources(self) -> dict[str, Any]:
-        given = [s for s in ("val", "test") if self.corpus.has_split(s) or self.blends.sources[s]]
-        return {s: self.documents(s) for s in given}
+        return {s: self.documents(s) for s in self.batching.given_splits()}
 
     def setup(self, stage: str | None = None) -> None:
         """Renders (or maps) the conversations and splits them, once; warns on rank 0 about
@@ -326,7 +276,7 @@ class ChatDataModule(BaseDataModule):
 
     def _overlong_count(self) -> tuple[int, str, str]:
         """(conversations over the limit, the limit as set, tokens cut)."""
-        parts = self._parts()
+        parts = self.batching.parts()
         cut = sum(d.cut_tokens for d in parts)
         limits = f"{self._limit_name}={self.limit}"
         return sum(d.overlong for d in parts), limits, f"{cut:,} tokens"
@@ -349,47 +299,13 @@ class ChatDataModule(BaseDataModule):
     # ------------------------------------------------------------------ views and samplers
     def planner(self, split: str) -> PackPlanner:
         """The pack planner of a split (``packing=True``): whole conversations, best fit."""
-        indices = self._require_setup()[split]
-        if split not in self._planners:
-            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
-            shuffle = self.shuffle and split == "train"
-            self._planners[split] = PackPlanner(
-                lengths, self.seq_length, "whole", shuffle, self.shuffle_seed
-            )
-        return self._planners[split]
+        return self.batching.planner(split)
 
     def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
-        transform = self.transform_for(split)
-        if isinstance(dataset, BlendCorpus):
-            return self.blends.view(split, dataset, indices)
-        if self.packing:
-            return ChatPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
-        return ChatPaddedView(dataset, indices, transform, self.pad_id, self.pad_to_multiple_of)
+        return self.batching.make_view(split, dataset, indices)
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
-        train = split == "train"
-        if hasattr(view, "mixture"):  # a blend (datamodules/tokens/blends.py)
-            return self.blends.sampler(split, view, rank, world)
-        if isinstance(view, ChatPackedView):
-            return PackedRowSampler(
-                view.planner,
-                self.batch_size,
-                drop_last=self.drop_last and train,
-                num_replicas=world,
-                rank=rank,
-            )
-        assert isinstance(view, ChatPaddedView)
-        return BucketBatchSampler(
-            view.lengths,
-            self.batch_size,
-            bucket=self.bucket and train,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            shuffle=self.shuffle and train,
-            drop_last=self.drop_last and train,
-            seed=self.shuffle_seed,
-            num_replicas=world,
-            rank=rank,
-        )
+        return self.batching.make_sampler(split, view, rank, world)
 
     # ------------------------------------------------------------------ blends
     def mixture(self, split: str) -> Mixture | None:
@@ -421,15 +337,11 @@ class ChatDataModule(BaseDataModule):
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("val"):
-            return self.blends.source_loaders("val")
-        return super().val_dataloader()
+        return self.blends.eval_loader("val", super().val_dataloader)
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("test"):
-            return self.blends.source_loaders("test")
-        return super().test_dataloader()
+        return self.blends.eval_loader("test", super().test_dataloader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Checks a checkpoint's train blend against this one (a changed mix continues: the
@@ -445,31 +357,10 @@ class ChatDataModule(BaseDataModule):
             f"  rendering: train_on={self.train_on!r}, messages_key={self.messages_key!r}, "
             f"{'packed into rows of ' + str(self.seq_length) if self.packing else 'padded'}"
         ]
-        if self.split_indices is None:
-            return lines
-        for split, given in self._documents.items():
-            names = getattr(given, "names", [None])
-            for name, docs in zip(names, getattr(given, "parts", [given]), strict=True):
-                lines.append(
-                    f"  {split} {'inputs' if name is None else f'source {name!r}'}: "
-                    f"{counted(len(docs), 'conversation')}, {docs.num_tokens:,} tokens, "
-                    f"{docs.trained_tokens:,} trained (store {docs.path})"
-                )
-            if split == "train" and self.mixture("train") is not None:
-                epoch = getattr(self._samplers.get("train"), "epoch", 0)
-                lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
-        if self.limit is not None:
-            lines.append(f"  overlong: {self.overlong_report.line(*self._overlong_count())}")
-        lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
-        if self.packing:
-            sampler = self._samplers.get("train")
-            for split, idx in self.split_indices.items():
-                if len(idx) and not isinstance(self.split_datasets[split], BlendCorpus):
-                    epoch = sampler.epoch if split == "train" and sampler is not None else 0
-                    lines.append("  " + packing_lines(self.planner(split), split, epoch))
-        return lines
-
-
-def _source_paths(split: str, source: Source) -> list[str]:
-    """What a chat blend reads for a source, as plain data (kept in the checkpoint's mix)."""
-    return list(source.paths)
+        return lines + self.batching.summary_lines(
+            lambda docs: (
+                f"{counted(len(docs), 'conversation')}, {docs.num_tokens:,} tokens, "
+                f"{docs.trained_tokens:,} trained"
+            ),
+            lambda: self.overlong_report.line(*self._overlong_count()),
+        )

@@ -13,16 +13,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from collates.pack_rows import IGNORE_INDEX, gather_rows
+from collates.pack_rows import IGNORE_INDEX
+from datamodules.conversations.batching import StorePackedView, StorePaddedView
 from datamodules.core.overlong import OVERLONG
-from datamodules.tokens.encoding import EncodedTexts, TextBatchView, gather_padded
-from datamodules.tokens.packing import PackedTextView, PackPlanner
+from datamodules.tokens.encoding import EncodedTexts
 from datamodules.tokens.store import StoredDocuments
 
 __all__ = ["ChatDocuments", "ChatPackedView", "ChatPaddedView", "OVERLONG"]
@@ -106,7 +105,7 @@ class ChatDocuments:
         return {"input_ids": ids, "labels": ids.masked_fill(~trained, IGNORE_INDEX)}
 
 
-class ChatPaddedView(TextBatchView):
+class ChatPaddedView(StorePaddedView):
     """Padded batches of conversations with their labels (see the module docstring).
 
     Args:
@@ -117,31 +116,15 @@ class ChatPaddedView(TextBatchView):
         pad_to_multiple_of: Round each batch's padded length up to a multiple of this.
     """
 
-    def __init__(
-        self,
-        docs: ChatDocuments,
-        indices: torch.Tensor,
-        transform: Callable[[Any], Any] | None,
-        pad_id: int,
-        pad_to_multiple_of: int | None = None,
-    ) -> None:
-        super().__init__(docs.encoded, indices, transform, pad_id, "right", pad_to_multiple_of)
-        self.trained = docs.trained
-
-    def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        rows = self.rows(batch)
-        multiple = self.pad_to_multiple_of
-        ids, mask, _ = gather_padded(self.encoded, rows, self.pad_id, "right", multiple)
-        flags, _, _ = gather_padded(self.trained, rows, 0, "right", multiple)
-        out = {
-            "input_ids": ids,
-            "labels": ids.masked_fill(flags == 0, IGNORE_INDEX),
-            "attention_mask": mask,
-        }
-        return self.transform(out) if self.transform is not None else out
+    def batch(
+        self, ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, flags: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``labels`` (-100 where not trained) and ``attention_mask``."""
+        labels = ids.masked_fill(flags == 0, IGNORE_INDEX)
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-class ChatPackedView(PackedTextView):
+class ChatPackedView(StorePackedView):
     """Packed rows of whole conversations with their labels (see the module docstring).
 
     Args:
@@ -152,23 +135,7 @@ class ChatPackedView(PackedTextView):
         pad_id: Id written at padding.
     """
 
-    def __init__(
-        self,
-        docs: ChatDocuments,
-        indices: torch.Tensor,
-        transform: Callable[[Any], Any] | None,
-        planner: PackPlanner,
-        pad_id: int,
-    ) -> None:
-        super().__init__(docs.encoded, indices, transform, planner, pad_id)
-        self.trained_np = docs.trained.tokens_np
-
-    def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
-        if isinstance(batch, list):  # several batches for one worker message
-            return [self[b] for b in batch]
-        epoch, rows = self._rows(batch)
-        table = self.row_table(epoch)
-        out = gather_rows(self.encoded.tokens_np, table, rows, self.pad_id)
-        flags = gather_rows(self.trained_np, table, rows, 0)["input_ids"]
+    def batch(self, out: dict[str, Any], flags: torch.Tensor) -> dict[str, Any]:
+        """The packed keys, ``labels`` -100 also where a token is not trained."""
         out["labels"].masked_fill_(flags == 0, IGNORE_INDEX)
-        return self.transform(out) if self.transform is not None else out
+        return out

@@ -8,6 +8,10 @@ workers and the remote options) and gives, per split, the mapped store
 versions, the kind of records (``kind``: ``"chat"``, ``"preference"``), the renderer's
 fingerprint (for chat: tokenizer, template, ``train_on``, ``messages_key``) and ``on_error``.
 It knows nothing of batches: the DataModule builds the views.
+
+:func:`split_inputs` checks a record DataModule's ``train_file`` / ``val_file`` /
+``test_file`` (files, or a blend of Sources), and :func:`record_corpus` checks ``token_cache``
+and the remote options and builds the corpus, as both kinds do.
 """
 
 from __future__ import annotations
@@ -33,12 +37,16 @@ from datamodules.conversations.store_build import (
     render_workers,
 )
 from datamodules.core.checks import check_int
+from datamodules.core.mixture import Source
 from datamodules.core.skipped import Skipped
-from datamodules.remote.retrying import RemoteOptions
-from datamodules.tokens.inputs import SPLIT_FILES, find_files
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.listing import cache_root
+from datamodules.remote.retrying import RemoteOptions, check_remote_options
+from datamodules.tokens.blends import check_blend
+from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument, find_files
 from datamodules.tokens.store import StoredDocuments, store_key
 
-__all__ = ["RecordCorpus", "is_dataset"]
+__all__ = ["RecordCorpus", "is_dataset", "record_corpus", "source_paths", "split_inputs"]
 
 
 def is_dataset(value: Any) -> bool:
@@ -46,6 +54,64 @@ def is_dataset(value: Any) -> bool:
     return any(
         k.__name__ == "Dataset" and k.__module__.startswith("datasets") for k in type(value).__mro__
     )
+
+
+def split_inputs(
+    train_file: Any, val_file: Any, test_file: Any
+) -> tuple[dict[str, list[str] | None], dict[str, list[Source] | None]]:
+    """Per split, its checked files (or None) and its blend's Sources (or None).
+
+    Raises:
+        TypeError, ValueError: What :func:`~datamodules.tokens.blends.check_blend` and
+            :func:`~datamodules.tokens.inputs.check_file_argument` refuse, naming the argument.
+    """
+    files: dict[str, list[str] | None] = {}
+    sources: dict[str, list[Source] | None] = {}
+    for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
+        name = SPLIT_FILES[split]
+        sources[split] = None if value is None else check_blend(value, name)
+        given = value is not None and sources[split] is None
+        files[split] = check_file_argument(value, name) if given else None
+    return files, sources
+
+
+def source_paths(split: str, source: Source) -> list[str]:
+    """What a blend reads for a source, as plain data (kept in the checkpoint's mix)."""
+    return list(source.paths)
+
+
+def record_corpus(
+    dm: Any,
+    records: Any,
+    files: dict[str, list[str] | None],
+    token_cache: Any,
+    tokenize_workers: int | str,
+    remote: tuple[Any, int, float],
+    verb: str,
+    kind: str = "chat",
+) -> RecordCorpus:
+    """The corpus of a record DataModule (``dm``: its ``renderer``, ``on_error`` and ranks),
+    after checking ``token_cache`` and the remote options (``remote``: ``storage_options``,
+    ``retries``, ``timeout``; ``dm``'s saved ``storage_options`` lose their credentials).
+
+    Raises:
+        TypeError: ``token_cache`` is not a directory, None or False (``verb``: what False
+            does at every setup, for the message).
+    """
+    if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
+        raise TypeError(
+            f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
+            f"{cache_root('tokens')}) or False ({verb} at every setup)."
+        )
+    storage_options, retries, timeout = remote
+    storage_options = restored_storage_options(storage_options)
+    options = check_remote_options(storage_options, retries, timeout)
+    save_without_credentials(dm, storage_options)
+    directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
+    return RecordCorpus(
+        records, files, dm.renderer, dm.on_error, directory, tokenize_workers, options,
+        dm._ranks, kind=kind,
+    )  # fmt: skip
 
 
 class RecordCorpus:

@@ -17,7 +17,8 @@ packing (a pair shares a row), blends and resume deal pairs, never sequences. Ba
 The parts are the shared layers': :class:`~datamodules.conversations.corpus.RecordCorpus`
 (records from files, a list or a Dataset, and their store), the tokens layer's pack planner,
 row sampler and blends (:class:`~datamodules.tokens.blends.TokenBlends`, with this kind's
-views), the core's length buckets.
+views), :class:`~datamodules.conversations.batching.RecordBatching` (each split's documents,
+view and sampler, ``dm.batching``), the core's length buckets.
 
 Extension point: override :meth:`PreferenceDataModule.load_pairs` to return the records of
 your own dataset.
@@ -31,15 +32,15 @@ from typing import Any
 
 import torch
 
-from datamodules.conversations.corpus import RecordCorpus, is_dataset
+from datamodules.conversations.batching import RecordBatching, check_batching
+from datamodules.conversations.corpus import is_dataset, record_corpus, source_paths, split_inputs
 from datamodules.conversations.store_build import store_ranks
 from datamodules.core.base import BaseDataModule
-from datamodules.core.buckets import BucketBatchSampler
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error
+from datamodules.core.checks import check_int
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.mixture import Mixture, Source
-from datamodules.core.overlong import OVERLONG, OverlongReport
+from datamodules.core.overlong import OverlongReport
 from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import Skipped
 from datamodules.core.summary import counted
@@ -52,14 +53,10 @@ from datamodules.preference.views import (
     PairPaddedView,
     PreferenceDocuments,
 )
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.remote.listing import cache_root
-from datamodules.remote.retrying import check_remote_options
 from datamodules.tokenizing.loading import load_tokenizer
-from datamodules.tokens.blends import TokenBlends, check_blend
-from datamodules.tokens.inputs import SPLIT_FILES, check_file_argument
+from datamodules.tokens.blends import TokenBlends
 from datamodules.tokens.mixture import BlendCorpus
-from datamodules.tokens.packing import PackedRowSampler, PackPlanner, packing_lines
+from datamodules.tokens.packing import PackPlanner
 
 __all__ = ["PreferenceDataModule"]
 
@@ -180,24 +177,10 @@ class PreferenceDataModule(BaseDataModule):
                 "labels to keep in proportion across the splits; leave stratify at its default, "
                 "False."
             )
-        check_bool(packing, "packing")
-        check_int(seq_length, "seq_length", 2, allow_none=True)
-        check_int(max_length, "max_length", 1, allow_none=True)
-        check_bool(bucket, "bucket")
-        check_choice(overlong, "overlong", OVERLONG)
-        check_on_error(on_error)
-        if packing and seq_length is None:
-            raise ValueError("packing=True needs seq_length= (tokens per packed row).")
-        if not packing and seq_length is not None:
-            raise ValueError(
-                f"seq_length={seq_length} is the row length of packing=True: give packing=True, "
-                "or max_length= for the longest padded sequence."
-            )
-        if packing and max_length is not None:
-            raise ValueError(
-                f"max_length={max_length} limits padded sequences; with packing=True the limit "
-                f"is seq_length={seq_length} for a pair's two sequences: drop max_length."
-            )
+        check_batching(
+            packing, seq_length, max_length, bucket, overlong, on_error, unit="sequence",
+            shortest_row=2, row_limit=" for a pair's two sequences",
+        )  # fmt: skip
         self.renderer = PreferenceRenderer(
             tokenizer, chat_template, None if packing else max_length,
             seq_length if packing else None, overlong, eos_token,
@@ -208,30 +191,20 @@ class PreferenceDataModule(BaseDataModule):
         self.pad_to_multiple_of = None  # read by the blends' padded views
         files, sources = self._check_inputs(pairs, train_file, val_file, test_file)
         check_int(epoch_size, "epoch_size", 1, allow_none=True)
+        self.batching = RecordBatching(self, PairPackedView, PairPaddedView)
         self.blends = TokenBlends(
             self, sources, epoch_size, eval_per_source,
-            read=self._read_source, files_of=_source_paths, given=self._given_split,
+            read=self._read_source, files_of=source_paths, given=self.batching.given,
             seq_length=seq_length if packing else None, pack_mode="whole",
             seed=self.shuffle_seed, unit="record", masked=True,
             views=(PairMixedPackedView, PairMixedDocView),
         )  # fmt: skip
         self.epoch_size, self.eval_per_source = epoch_size, eval_per_source
-        if not isinstance(token_cache, (str, os.PathLike, type(None))) and token_cache is not False:
-            raise TypeError(
-                f"token_cache={token_cache!r} is not accepted: use a directory, None (the default "
-                f"{cache_root('tokens')}) or False (tokenize at every setup)."
-            )
-        self.token_cache = token_cache
-        storage_options = restored_storage_options(storage_options)
-        remote = check_remote_options(storage_options, retries, timeout)
-        save_without_credentials(self, storage_options)
-        directory = None if token_cache is False else os.fspath(token_cache or cache_root("tokens"))
-        self.corpus = RecordCorpus(
-            pairs, files, self.renderer, on_error, directory, tokenize_workers, remote,
-            self._ranks, kind="preference",
+        self.corpus = record_corpus(
+            self, pairs, files, token_cache, tokenize_workers,
+            (storage_options, retries, timeout), verb="tokenize", kind="preference",
         )  # fmt: skip
-        self._documents: dict[str, PreferenceDocuments | BlendCorpus] = {}
-        self._planners: dict[str, PackPlanner] = {}
+        self.token_cache = token_cache
         self.overlong_report = OverlongReport(type(self).__name__, "record", overlong)
 
     def _check_inputs(
@@ -251,14 +224,7 @@ class PreferenceDataModule(BaseDataModule):
                 f"pairs={type(pairs).__name__} is not accepted: use a list of records or a "
                 "datasets.Dataset."
             )
-        files: dict[str, list[str] | None] = {}
-        sources: dict[str, list[Source] | None] = {}
-        for split, value in (("train", train_file), ("val", val_file), ("test", test_file)):
-            name = SPLIT_FILES[split]
-            sources[split] = None if value is None else check_blend(value, name)
-            given = value is not None and sources[split] is None
-            files[split] = check_file_argument(value, name) if given else None
-        return files, sources
+        return split_inputs(train_file, val_file, test_file)
 
     def _ranks(self) -> tuple[int, int]:
         return store_ranks(self._trainer())
@@ -278,16 +244,13 @@ class PreferenceDataModule(BaseDataModule):
         """The records of ``split``'s own inputs (train: ``pairs``, ``train_file`` or
         :meth:`load_pairs`), tokenized into the store first when missing; a blend of Sources
         gives one per source."""
-        if split not in self._documents:
-            blend = self.blends.corpus(split)
-            if blend is not None:
-                self._documents[split] = blend
-            else:
-                loaded = split == "train" and self.corpus.files["train"] is None
-                if loaded and self.corpus.conversations is None:
-                    self.corpus.conversations = self._loaded()
-                self._documents[split] = PreferenceDocuments(self.corpus.store(split))
-        return self._documents[split]
+        return self.batching.split_documents(split, lambda: self._read_split(split))
+
+    def _read_split(self, split: str) -> PreferenceDocuments:
+        loaded = split == "train" and self.corpus.files["train"] is None
+        if loaded and self.corpus.conversations is None:
+            self.corpus.conversations = self._loaded()
+        return PreferenceDocuments(self.corpus.store(split))
 
     def _loaded(self) -> Any:
         records = self.load_pairs()
@@ -302,24 +265,17 @@ class PreferenceDataModule(BaseDataModule):
         """One source of a split's blend: its records, tokenized (or mapped) first."""
         return PreferenceDocuments(self.corpus.store(split, files, name))
 
-    def _given_split(self, split: str) -> bool:
-        return self.corpus.has_split(split) or self.blends.sources.get(split) is not None
-
-    def _parts(self) -> list[PreferenceDocuments]:
-        return [p for d in self._documents.values() for p in getattr(d, "parts", [d])]
-
     def build_dataset(self) -> PreferenceDocuments | BlendCorpus:
         return self.documents("train")
 
     def split_sources(self) -> dict[str, Any]:
-        given = [s for s in ("val", "test") if self.corpus.has_split(s) or self.blends.sources[s]]
-        return {s: self.documents(s) for s in given}
+        return {s: self.documents(s) for s in self.batching.given_splits()}
 
     def setup(self, stage: str | None = None) -> None:
         """Tokenizes (or maps) the records and splits them, once; refuses pairs mixed with
         unpaired feedback; warns on rank 0 about records over the limit."""
         super().setup(stage)
-        parts = self._parts()
+        parts = self.batching.parts()
         if sum(p.kinds["pair"] for p in parts) and sum(p.kinds["unpaired"] for p in parts):
             mixed = next(p for p in parts if p.kinds["unpaired"])
             raise ValueError(
@@ -331,7 +287,7 @@ class PreferenceDataModule(BaseDataModule):
     @property
     def kinds(self) -> dict[str, int]:
         """Records kept by kind: ``{"pair": n, "unpaired": m}`` (after ``setup``)."""
-        parts = self._parts()
+        parts = self.batching.parts()
         return {k: sum(p.kinds[k] for p in parts) for k in ("pair", "unpaired")}
 
     @property
@@ -347,7 +303,7 @@ class PreferenceDataModule(BaseDataModule):
 
     def _overlong_count(self) -> tuple[int, str]:
         """Records over the limit, and the limit as set (the prompt's start is cut first)."""
-        over = sum(p.overlong for p in self._parts())
+        over = sum(p.overlong for p in self.batching.parts())
         name = "seq_length" if self.packing else "max_length"
         return over, f"{name}={self.limit}"
 
@@ -369,46 +325,13 @@ class PreferenceDataModule(BaseDataModule):
     # ------------------------------------------------------------------ views and samplers
     def planner(self, split: str) -> PackPlanner:
         """The pack planner of a split (``packing=True``): whole records, best fit."""
-        indices = self._require_setup()[split]
-        if split not in self._planners:
-            lengths = self.split_datasets[split].encoded.lengths_np[indices.numpy()]
-            shuffle = self.shuffle and split == "train"
-            self._planners[split] = PackPlanner(
-                lengths, self.seq_length, "whole", shuffle, self.shuffle_seed
-            )
-        return self._planners[split]
+        return self.batching.planner(split)
 
     def make_view(self, split: str, dataset: Any, indices: torch.Tensor) -> SplitView:
-        transform = self.transform_for(split)
-        if isinstance(dataset, BlendCorpus):
-            return self.blends.view(split, dataset, indices)
-        if self.packing:
-            return PairPackedView(dataset, indices, transform, self.planner(split), self.pad_id)
-        return PairPaddedView(dataset, indices, transform, self.pad_id)
+        return self.batching.make_view(split, dataset, indices)
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
-        train = split == "train"
-        if hasattr(view, "mixture"):  # a blend (datamodules/tokens/blends.py)
-            return self.blends.sampler(split, view, rank, world)
-        if isinstance(view, PairPackedView):
-            return PackedRowSampler(
-                view.planner,
-                self.batch_size,
-                drop_last=self.drop_last and train,
-                num_replicas=world,
-                rank=rank,
-            )
-        assert isinstance(view, PairPaddedView)
-        return BucketBatchSampler(
-            view.lengths,
-            self.batch_size,
-            bucket=self.bucket and train,
-            shuffle=self.shuffle and train,
-            drop_last=self.drop_last and train,
-            seed=self.shuffle_seed,
-            num_replicas=world,
-            rank=rank,
-        )
+        return self.batching.make_sampler(split, view, rank, world)
 
     # ------------------------------------------------------------------ blends
     def mixture(self, split: str) -> Mixture | None:
@@ -439,15 +362,11 @@ class PreferenceDataModule(BaseDataModule):
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("val"):
-            return self.blends.source_loaders("val")
-        return super().val_dataloader()
+        return self.blends.eval_loader("val", super().val_dataloader)
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("test"):
-            return self.blends.source_loaders("test")
-        return super().test_dataloader()
+        return self.blends.eval_loader("test", super().test_dataloader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Checks a checkpoint's train blend against this one, then restores as the base does."""
@@ -460,32 +379,14 @@ class PreferenceDataModule(BaseDataModule):
         lines = [
             "  records: " + (f"packed into rows of {self.seq_length}" if self.packing else "padded")
         ]
-        if self.split_indices is None:
-            return lines
-        for split, given in self._documents.items():
-            names = getattr(given, "names", [None])
-            for name, docs in zip(names, getattr(given, "parts", [given]), strict=True):
-                kinds = ", ".join(f"{counted(n, k)}" for k, n in docs.kinds.items() if n)
-                lines.append(
-                    f"  {split} {'inputs' if name is None else f'source {name!r}'}: "
-                    f"{kinds or 'no records'}, {docs.num_tokens:,} tokens, "
-                    f"{docs.trained_tokens:,} in completions (store {docs.path})"
-                )
-            if split == "train" and self.mixture("train") is not None:
-                epoch = getattr(self._samplers.get("train"), "epoch", 0)
-                lines.append(f"  train quotas, epoch {epoch}: {self.quotas(epoch)}")
-        if self.limit is not None:
-            lines.append(f"  overlong: {self.overlong_report.line(*self._overlong_count())}")
-        lines.append(f"  skipped: {self.skipped.summary().splitlines()[0]}")
-        if self.packing:
-            sampler = self._samplers.get("train")
-            for split, idx in self.split_indices.items():
-                if len(idx) and not isinstance(self.split_datasets[split], BlendCorpus):
-                    epoch = sampler.epoch if split == "train" and sampler is not None else 0
-                    lines.append("  " + packing_lines(self.planner(split), split, epoch))
-        return lines
+        return lines + self.batching.summary_lines(
+            _describe,
+            lambda: self.overlong_report.line(*self._overlong_count()),
+        )
 
 
-def _source_paths(split: str, source: Source) -> list[str]:
-    """What a blend reads for a source, as plain data (kept in the checkpoint's mix)."""
-    return list(source.paths)
+def _describe(docs: PreferenceDocuments) -> str:
+    """A store's records by kind, tokens and completion tokens (for the summary)."""
+    kinds = ", ".join(f"{counted(n, k)}" for k, n in docs.kinds.items() if n)
+    tokens = f"{docs.num_tokens:,} tokens, {docs.trained_tokens:,} in completions"
+    return f"{kinds or 'no records'}, {tokens}"

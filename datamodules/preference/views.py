@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from collates.pack_rows import gather_rows
+from datamodules.conversations.batching import StorePackedView, StorePaddedView
 from datamodules.preference.batches import packed_sequences, preference_batch
 from datamodules.tokens.blend_views import MaskDocs, MaskedDocView, MaskedPackedView
-from datamodules.tokens.encoding import EncodedTexts, TextBatchView, gather_padded
-from datamodules.tokens.packing import PackedTextView, PackPlanner
+from datamodules.tokens.encoding import EncodedTexts, gather_padded
 from datamodules.tokens.store import StoredDocuments
 
 __all__ = [
@@ -87,7 +87,7 @@ class PreferenceDocuments:
         return {"input_ids": ids, "codes": codes}
 
 
-class PairPaddedView(TextBatchView):
+class PairPaddedView(StorePaddedView):
     """Padded preference batches of a split (see :mod:`datamodules.preference.batches`).
 
     Args:
@@ -104,18 +104,16 @@ class PairPaddedView(TextBatchView):
         transform: Callable[[Any], Any] | None,
         pad_id: int,
     ) -> None:
-        super().__init__(docs.encoded, indices, transform, pad_id, "right", None)
-        self.trained = docs.trained
+        super().__init__(docs, indices, transform, pad_id)
 
-    def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        rows = self.rows(batch)
-        ids, mask, lengths = gather_padded(self.encoded, rows, self.pad_id, "right")
-        codes, _, _ = gather_padded(self.trained, rows, 0, "right")
-        out = preference_batch(ids, codes, mask, lengths, self.pad_id)
-        return self.transform(out) if self.transform is not None else out
+    def batch(
+        self, ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, flags: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The preference batch of the padded sequences and their codes."""
+        return preference_batch(ids, flags, mask, lengths, self.pad_id)
 
 
-class PairPackedView(PackedTextView):
+class PairPackedView(StorePackedView):
     """Packed rows of whole records, pairs split into their sequences.
 
     Args:
@@ -126,26 +124,9 @@ class PairPackedView(PackedTextView):
         pad_id: Id written at padding.
     """
 
-    def __init__(
-        self,
-        docs: PreferenceDocuments,
-        indices: torch.Tensor,
-        transform: Callable[[Any], Any] | None,
-        planner: PackPlanner,
-        pad_id: int,
-    ) -> None:
-        super().__init__(docs.encoded, indices, transform, planner, pad_id)
-        self.codes_np = docs.trained.tokens_np
-
-    def __getitem__(self, batch: torch.Tensor | list[torch.Tensor]) -> Any:
-        if isinstance(batch, list):  # several batches for one worker message
-            return [self[b] for b in batch]
-        epoch, rows = self._rows(batch)
-        table = self.row_table(epoch)
-        out = gather_rows(self.encoded.tokens_np, table, rows, self.pad_id)
-        codes = gather_rows(self.codes_np, table, rows, 0)["input_ids"]
-        out = packed_sequences(out, codes)
-        return self.transform(out) if self.transform is not None else out
+    def batch(self, out: dict[str, Any], flags: torch.Tensor) -> dict[str, Any]:
+        """The packed keys, each row's pairs split into their sequences."""
+        return packed_sequences(out, flags)
 
 
 class PairMixedPackedView(MaskedPackedView):

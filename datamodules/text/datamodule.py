@@ -408,15 +408,11 @@ class TextDataModule(BaseDataModule):
 
     def val_dataloader(self) -> Any:
         """The validation loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("val"):
-            return self.blends.source_loaders("val")
-        return super().val_dataloader()
+        return self.blends.eval_loader("val", super().val_dataloader)
 
     def test_dataloader(self) -> Any:
         """The test loader; with ``eval_per_source=True`` and a blend, one per source."""
-        if self.blends.per_source("test"):
-            return self.blends.source_loaders("test")
-        return super().test_dataloader()
+        return self.blends.eval_loader("test", super().test_dataloader)
 
     # ------------------------------------------------------------------ inspection
     def extra_summary(self) -> list[str]:

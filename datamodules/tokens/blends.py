@@ -265,6 +265,11 @@ class TokenBlends(BlendResume):
         """Whether ``split`` has one loader per source (``eval_per_source`` and a blend)."""
         return self.eval_per_source and bool(self.source_names(split))
 
+    def eval_loader(self, split: str, base: Callable[[], Any]) -> Any:
+        """The loaders of ``split`` (``"val"`` / ``"test"``): one per source with
+        :meth:`per_source`, else the DataModule's own (``base()``)."""
+        return self.source_loaders(split) if self.per_source(split) else base()
+
     def source_loaders(self, split: str) -> list[ResumableDataLoader]:
         """One loader per source of the split's blend that has documents in it, in order."""
         owner = self.owner
