@@ -14,13 +14,13 @@ folder.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from datamodules.core.build_once import build_once
 from datamodules.detection.arrays import FORMAT_VERSION, AnnotationIndex, IndexBuilder
 from datamodules.detection.coco import parse_coco
 from datamodules.detection.problems import AnnotationError
@@ -99,24 +99,6 @@ def _plan(
     return files, root, lambda: parse_voc(root, ids, classes=given, on_error=on_error)
 
 
-def _build_once(path: str, build: Callable[[], None]) -> None:
-    """Runs ``build()`` unless ``path`` exists, under an exclusive lock: one process per
-    machine writes, the others wait and then map what it wrote."""
-    if os.path.isdir(path):
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    handle = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        if not os.path.isdir(path):
-            build()
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        os.close(handle)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + ".lock")
-
-
 def _cache_folder(beside: str, cache: str | None) -> str:
     if cache is not None:
         return cache
@@ -163,5 +145,5 @@ def load_index(
     )
     key = hashlib.sha1(key_text.encode(), usedforsecurity=False).hexdigest()[:20]
     where = os.path.join(_cache_folder(beside, None if cache is None else os.fspath(cache)), key)
-    _build_once(where, lambda: build().write(where, {"split": split}))
+    build_once(where, lambda: build().write(where, {"split": split}))
     return AnnotationIndex.open(where)

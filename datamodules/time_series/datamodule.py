@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
+from datamodules.core.build_once import build_once
 from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error, rejected
 from datamodules.core.hardware import AUTO, GATHERED
 from datamodules.core.keywords import shared_arguments
@@ -37,7 +38,7 @@ from datamodules.remote.retrying import check_remote_options
 from datamodules.time_series.calendar import check_freq, grid_positions
 from datamodules.time_series.digest import data_digest
 from datamodules.time_series.inputs import LongColumns, read_columns
-from datamodules.time_series.store import SeriesStore, StoreSpec, build_once, build_store, store_key
+from datamodules.time_series.store import SeriesStore, StoreSpec, build_store, store_key
 from datamodules.time_series.views import WindowBatchView
 from datamodules.time_series.windows import WindowDrawSampler, WindowPlan, plan_windows
 

@@ -21,8 +21,6 @@ them (:func:`store_key`), so a later setup with the same inputs maps and reads n
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -38,7 +36,7 @@ from datamodules.time_series.inputs import LongColumns
 from datamodules.time_series.layout import Layout, lay_out, take
 from datamodules.time_series.series import check_numeric, fit_ranges, split_parts
 
-__all__ = ["SeriesStore", "StoreSpec", "build_once", "build_store", "store_key"]
+__all__ = ["SeriesStore", "StoreSpec", "build_store", "store_key"]
 
 #: Bumped when the layout of a store changes.
 VERSION = 1
@@ -133,25 +131,6 @@ class SeriesStore:
     def margin(self) -> int:
         """Calendar rows kept before each series' first step (for left-padded context)."""
         return int(self.meta["margin"])
-
-
-def build_once(path: str, build: Any) -> None:
-    """Runs ``build()`` unless the store at ``path`` exists, under an exclusive lock on
-    ``<path>.lock``: one process per machine builds (DDP ranks, workers of a job), the others
-    wait in ``flock`` and then map what it wrote."""
-    if os.path.isdir(path):
-        return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    handle = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        if not os.path.isdir(path):
-            build()
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        os.close(handle)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + ".lock")
 
 
 def _ids_entry(directory: str, ids: list[Any]) -> dict[str, Any]:
