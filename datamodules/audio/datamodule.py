@@ -86,7 +86,8 @@ class AudioDataModule(BaseDataModule):
 
     Args:
         train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
-            folder (paths or URLs, globs and brace patterns), or a list of them; or a list of
+            folder, a folder ``Dataset.save_to_disk`` wrote (paths or URLs, globs and brace
+            patterns), or a list of them; or a list of
             :class:`~datamodules.Source` (a mixture, batched by ``batch_size``).
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.

@@ -22,6 +22,7 @@ from datamodules.audio.clips import (
 )
 from datamodules.audio.decoding import resampled_length
 from datamodules.audio.files import AudioFiles
+from datamodules.audio.saved_datasets import saved_dataset_files
 from datamodules.audio.shard_clips import is_table, is_tar, read_table, read_tar
 from datamodules.core.skipped import Skipped
 from datamodules.remote.files import is_remote
@@ -49,7 +50,11 @@ def _records_of(
             files=files,
         )  # fmt: skip
     records: list[dict[str, Any]] = []
+    paths = []
     for path in expanded(specs, files):
+        saved = saved_dataset_files(path, files)  # datasets' save_to_disk: its Arrow files
+        paths += [path] if saved is None else saved
+    for path in paths:
         if not is_remote(path) and os.path.isdir(path):
             records += scan_class_folders(path, audio_key, skipped, on_error, files)
         elif is_tar(path):
@@ -72,7 +77,8 @@ def _records_of(
         else:
             raise ValueError(
                 f"{path!r} is neither a JSONL manifest (.json / .jsonl), a Parquet or Arrow "
-                "table of audio, a tar shard, nor a folder of class sub-folders."
+                "table of audio, a tar shard, a folder of class sub-folders, nor a folder "
+                "that datasets' save_to_disk wrote."
             )
     return records
 
@@ -166,6 +172,8 @@ def first_record_has(spec: Any, key: str, files: AudioFiles) -> bool:
     if isinstance(items[0], dict):
         return key in items[0]
     path = expanded(items[:1], files)[0]
+    saved = saved_dataset_files(path, files)
+    path = path if saved is None else saved[0]
     if not is_remote(path) and not os.path.isfile(path):
         return False
     if is_table(path):
