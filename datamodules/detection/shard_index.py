@@ -38,7 +38,7 @@ from datamodules.detection.problems import AnnotationError, Problems
 from datamodules.imaging.decoding import decode_image, decode_image_bytes
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, expand_files, file_version
-from datamodules.remote.random_access import RandomAccessFiles
+from datamodules.remote.random_access import RandomAccessFiles, version_text
 from datamodules.shards.errors import ShardError
 from datamodules.shards.member_records import (
     MemberReader,
@@ -265,7 +265,8 @@ def load_shard_index(
 
     def build() -> None:
         built = _build(shards, image_key, given, on_error, files, source)
-        built.write(where, {"split": split, "images": "shards", "shards": shards})
+        versions = {shard: version_text(found) for shard, found in zip(shards, stats, strict=True)}
+        built.write(where, {"split": split, "images": "shards", "versions": versions})
 
     build_once(where, build)
     return AnnotationIndex.open(where)
@@ -273,7 +274,8 @@ def load_shard_index(
 
 class ShardImages:
     """Decodes image ``i`` of an index: from its shard (by the byte range or Parquet row its
-    path holds) when the index was built from shards, else from its file. What a
+    path holds) when the index was built from shards, else from its file; a remote shard's
+    version (size, ETag) is checked against the index's once per process. What a
     :class:`~datamodules.detection.batches.DetectionBatchView` reads images with.
 
     Args:
@@ -288,4 +290,7 @@ class ShardImages:
         if index.meta.get("images") != "shards":
             return decode_image(path)
         ref = MemberRef.decode(path)
+        if is_remote(ref.shard):  # one request per shard and process; then a dict look-up
+            version, size = index.meta["versions"][ref.shard]
+            self.reader.files.check(ref.shard, (version, size))
         return decode_image_bytes(self.reader.read(ref), name=ref.where)
