@@ -39,6 +39,7 @@ from datamodules.imaging.decoding import decode_image, decode_image_bytes
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, expand_files, file_version
 from datamodules.remote.random_access import RandomAccessFiles, version_text
+from datamodules.shards.dataset_index import parse_dataset_index
 from datamodules.shards.errors import ShardError
 from datamodules.shards.member_records import (
     MemberReader,
@@ -62,6 +63,8 @@ def is_shard_spec(spec: Any) -> bool:
     if isinstance(spec, (list, tuple)):
         return True
     text = os.fspath(spec)
+    if text.lower().endswith(".index.json"):
+        return True
     if is_remote(text) or "{" in text or "*" in text or "?" in text or is_member_shard(text):
         return True
     if os.path.isdir(text) and not any(
@@ -71,9 +74,19 @@ def is_shard_spec(spec: Any) -> bool:
     return False
 
 
+def _listed(path: str, files: RandomAccessFiles) -> list[str]:
+    """The shards a dataset index (``*.index.json``, webdataset's wids format) lists."""
+    size = files.version(path)[1] if is_remote(path) else os.path.getsize(path)
+    return parse_dataset_index(files.read_range(path, 0, int(size or 0)), path).paths
+
+
 def shard_files(spec: Any, files: RandomAccessFiles) -> list[str]:
-    """The shards a split names, in order (folders and globs sorted)."""
-    items = [os.fspath(s) for s in (spec if isinstance(spec, (list, tuple)) else [spec])]
+    """The shards a split names, in order (folders and globs sorted; a dataset index
+    ``*.index.json`` gives the shards it lists)."""
+    given = [os.fspath(s) for s in (spec if isinstance(spec, (list, tuple)) else [spec])]
+    items = []
+    for item in given:
+        items += _listed(item, files) if item.lower().endswith(".index.json") else [item]
     found = expand_files(items, files.options, known=is_member_shard, what="shard")
     bad = [path for path in found if not is_member_shard(path)]
     if bad:
@@ -226,7 +239,8 @@ def load_shard_index(
     first when needed (once per machine, under a file lock).
 
     Args:
-        spec: Shards: a path or URL, a glob or brace pattern, a folder, or a list of them.
+        spec: Shards: a path or URL, a glob or brace pattern, a folder, a dataset index
+            (``*.index.json``, as the writer writes), or a list of them.
         split: The split's name (kept in the index's meta).
         image_key: The image members (tar extensions, Parquet columns) tried in order.
         classes: Class names (default: ``classes.json`` beside the shards, else the names the

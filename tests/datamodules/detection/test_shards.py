@@ -38,7 +38,8 @@ def test_coco_shards_read_back_exactly_as_the_coco_file(tmp_path: Path, fmt: str
     assert json.loads((out / "classes.json").read_text()) == ["cat", "dog", "zebra"]
     assert (out / "train.index.json").exists()
     source_dm, source = by_image_id(coco)
-    for spec in (str(out / f"train-{{000000..000002}}.{fmt}"), str(out), paths):
+    brace = str(out / f"train-{{000000..000002}}.{fmt}")
+    for spec in (brace, str(out), paths, out / "train.index.json"):
         dm, got = by_image_id(spec)
         assert dm.classes == source_dm.classes == ["cat", "dog", "zebra"]
         assert_same(source, got)
