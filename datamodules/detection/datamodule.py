@@ -335,8 +335,12 @@ class DetectionDataModule(BaseDataModule):
             collate = functools.partial(collate_yolo, size=self.image_size)
         return DetectionBatchView(
             dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate,
-            masks=self.masks, read_image=ShardImages(self.files),
+            masks=self.masks, read_image=self.shard_images(dataset),
         )  # fmt: skip
+
+    def shard_images(self, index: AnnotationIndex) -> ShardImages | None:
+        """What reads the images of an index built from shards (None: image files)."""
+        return ShardImages(self.files) if index.meta.get("images") == "shards" else None
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         common = {"seed": self.shuffle_seed, "num_replicas": world, "rank": rank}

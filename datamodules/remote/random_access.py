@@ -61,6 +61,7 @@ class RandomAccessFiles:
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.options)
         self._versions: dict[str, tuple[str | None, int | None]] = {}
         self._fs: dict[str, tuple[Any, str]] = {}
+        self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -119,6 +120,8 @@ class RandomAccessFiles:
             if len(data) != size:
                 raise OSError(f"{path}: ends inside bytes {offset}..{offset + size}")
             return data
+        if self._pid != os.getpid():  # a forked worker makes its own clients
+            self._fs, self._pid = {}, os.getpid()
         if path not in self._fs:
             self._fs[path] = call_with_retries(
                 path, self.options, lambda: remote_fs(path, self.options)

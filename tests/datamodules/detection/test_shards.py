@@ -173,3 +173,23 @@ def test_the_writer_refuses_another_datasets_classes_and_unknown_splits(tmp_path
         write_detection_shards(tmp_path / "coco" / "train.json", out, fmt="jsonl")
     with pytest.raises(ValueError, match="split='test'"):
         write_detection_shards(write_yolo(tmp_path / "y2"), tmp_path / "o2", split="test")
+
+
+def test_parquet_with_a_struct_json_column_and_hf_images(tmp_path: Path) -> None:
+    """A table another tool wrote: ``image`` as Hugging Face's ``{"bytes", "path"}``, ``json``
+    a struct column (not text), labels as class names with classes.json beside it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "classes.json").write_text('["cat", "dog"]')
+    images = [{"bytes": png(16, 12, 10 * i), "path": f"{i}.png"} for i in range(3)]
+    meta = [
+        {"boxes": [[1.0, 1.0, 5.0, 6.0]], "labels": ["dog"], "image_id": 10 + i, "width": 16,
+         "height": 12}
+        for i in range(3)
+    ]  # fmt: skip
+    pq.write_table(pa.table({"image": images, "json": meta}), tmp_path / "t.parquet")
+    dm, got = by_image_id(tmp_path / "t.parquet", masks=False)
+    assert dm.classes == ["cat", "dog"] and sorted(got) == [10, 11, 12]
+    assert got[11][1]["labels"].tolist() == [2] and got[11][1]["boxes"].tolist() == [[1, 1, 5, 6]]
+    assert got[12][0][0, 0, 0].item() == 20  # the third image's red
