@@ -9,16 +9,17 @@ A record (what :func:`~datamodules.detection.writer.write_detection_shards` writ
 * the JSON object: ``boxes`` ``[[x0, y0, x1, y1], ...]`` (XYXY, absolute pixels), ``labels``
   (positions in the classes, or class names), optional ``iscrowd`` (0 / 1 per object),
   ``segmentation`` (per object: COCO polygons, an RLE, or null), ``annotation_id``,
-  ``image_id`` (default: the record's position in the split), ``width`` and ``height``
-  (default: read from the image's header). ``category_id`` and ``file_name`` (the source's)
-  are kept by the writer and not read.
+  ``image_id`` (default: the record's position among the split's good records), ``width``
+  and ``height`` (default: read from the image's header). ``category_id`` and
+  ``file_name`` (the source's) are kept by the writer and not read.
 
 The classes are ``classes=`` (the train split's, for the others), else the ``classes.json``
 (a list of names) beside the first shard, else the names the records use, sorted. Each
 shard's JSON members are parsed once into the flat arrays every format gives; images stay in
-the shards, and the index holds each one's :class:`~datamodules.shards.member_records.
-MemberRef` (byte range or Parquet row) as its path. The index is cached as the other formats'
-are, keyed by each shard's path or URL, size and modification time or ETag.
+the shards, and the index holds each one's
+:class:`~datamodules.shards.member_records.MemberRef` (byte range or Parquet row) as its
+path. The index is cached as the other formats' are, keyed by each shard's path or URL, size
+and modification time or ETag.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ def _annotation(record: MemberRecord, image_key: Sequence[str]) -> tuple[str, di
         why = segmentation_problem(segmentation)
         if why is not None:
             return f"object {k}: {why}"
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in data.get("annotation_id") or []):
+        return "'annotation_id' holds a value that is not an integer"
+    if any(not isinstance(v, (int, float)) for v in data.get("iscrowd") or []):
+        return "'iscrowd' holds a value that is not 0 or 1"
     for name in ("image_id", "width", "height"):
         value = data.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -160,6 +165,46 @@ def _image_size(record: MemberRecord, image: str, files: RandomAccessFiles) -> t
         return img.height, img.width
 
 
+class _Adder:
+    """Adds good records to the builder: labels checked against the classes, sizes read
+    from the image when the JSON has none."""
+
+    def __init__(self, builder: IndexBuilder, problem: Problems, files: RandomAccessFiles):
+        self.builder, self.problem, self.files = builder, problem, files
+        self.position = {name: k for k, name in enumerate(builder.classes)}
+        self.number = 0
+
+    def __call__(self, record: MemberRecord, image: str, data: dict) -> None:
+        classes, labels = self.builder.classes, []
+        for value in data["labels"]:
+            label = self.position.get(value) if isinstance(value, str) else value
+            if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(
+                classes
+            ):  # fmt: skip
+                self.problem(record.where, f"unknown category {value!r} (classes: {classes})")
+                return
+            labels.append(label)
+        height, width = data.get("height"), data.get("width")
+        if height is None or width is None:
+            try:
+                height, width = _image_size(record, image, self.files)
+            except OSError as err:
+                self.problem(record.where, f"no width / height, and the image's: {err}")
+                return
+        ref = record.located[image].encode()
+        at = self.builder.add_image(ref, data.get("image_id", self.number), height, width)
+        self.number += 1
+        n = len(labels)
+        crowd = data.get("iscrowd") or [0] * n
+        ids = data.get("annotation_id") or [-1] * n
+        segmentations = data.get("segmentation") or [None] * n
+        for k in range(n):
+            self.builder.add_object(
+                at, data["boxes"][k], labels[k], crowd=bool(crowd[k]),
+                annotation_id=int(ids[k]), segmentation=segmentations[k] or None,
+            )  # fmt: skip
+
+
 def _build(
     shards: list[str],
     image_key: Sequence[str],
@@ -168,8 +213,12 @@ def _build(
     files: RandomAccessFiles,
     source: str,
 ) -> IndexBuilder:
-    parsed: list[tuple[MemberRecord, str, dict]] = []
+    """Reads the shards once; with the classes known, each record goes into the index as it
+    is read, else the records are kept until their class names are known."""
     skipped: list[tuple[str, str]] = []
+    builder = IndexBuilder(classes or [], source)
+    add = _Adder(builder, Problems(on_error, skipped), files) if classes is not None else None
+    kept: list[tuple[MemberRecord, str, dict]] = []
     problem = Problems(on_error, skipped)
     for shard in shards:
         try:
@@ -177,51 +226,25 @@ def _build(
                 found = _annotation(record, image_key)
                 if isinstance(found, str):
                     problem(record.where, found)
+                elif add is not None:
+                    add(record, *found)
                 else:
-                    parsed.append((record, *found))
+                    record.read.clear()  # the parsed JSON is kept, not its bytes
+                    kept.append((record, *found))
         except ShardError as err:
             problem(shard, str(err).removeprefix(f"{shard}: "))
-    if classes is None:
-        used = [v for _, _, data in parsed for v in data["labels"]]
+    if add is None:
+        used = [v for _, _, data in kept for v in data["labels"]]
         if any(not isinstance(v, str) for v in used):
             raise AnnotationError(
                 f"{shards[0]}: labels are class positions but no classes are known: put a "
                 "classes.json (a list of names) beside the shards, or give classes="
             )
-        classes = sorted(set(used))
-    position = {name: k for k, name in enumerate(classes)}
-    builder = IndexBuilder(classes, source)
+        builder.classes = sorted(set(used))
+        add = _Adder(builder, Problems(on_error, skipped), files)
+        for item in kept:
+            add(*item)
     builder.skipped.extend(skipped)
-    problem = Problems(on_error, builder.skipped)
-    for number, (record, image, data) in enumerate(parsed):
-        labels = []
-        for value in data["labels"]:
-            label = position.get(value) if isinstance(value, str) else value
-            if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(
-                classes
-            ):  # fmt: skip
-                problem(record.where, f"unknown category {value!r} (classes: {list(classes)})")
-                break
-            labels.append(label)
-        else:
-            height, width = data.get("height"), data.get("width")
-            if height is None or width is None:
-                try:
-                    height, width = _image_size(record, image, files)
-                except OSError as err:
-                    problem(record.where, f"no width / height, and the image's: {err}")
-                    continue
-            ref = record.located[image].encode()
-            at = builder.add_image(ref, data.get("image_id", number), height, width)
-            n = len(labels)
-            crowd = data.get("iscrowd") or [0] * n
-            ids = data.get("annotation_id") or [-1] * n
-            segmentations = data.get("segmentation") or [None] * n
-            for k in range(n):
-                builder.add_object(
-                    at, data["boxes"][k], labels[k], crowd=bool(crowd[k]),
-                    annotation_id=int(ids[k]), segmentation=segmentations[k] or None,
-                )  # fmt: skip
     return builder
 
 
