@@ -193,3 +193,26 @@ def test_parquet_with_a_struct_json_column_and_hf_images(tmp_path: Path) -> None
     assert dm.classes == ["cat", "dog"] and sorted(got) == [10, 11, 12]
     assert got[11][1]["labels"].tolist() == [2] and got[11][1]["boxes"].tolist() == [[1, 1, 5, 6]]
     assert got[12][0][0, 0, 0].item() == 20  # the third image's red
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"image_key": 3}, "image_key"),
+        ({"cache_limit": "1GB"}, "cache_limit"),
+        ({"retries": -1}, "retries"),
+        ({"storage_options": 5}, "storage_options"),
+        ({"val": [3]}, r"val\[0\]"),
+    ],
+)
+def test_bad_shard_arguments_are_named(tmp_path: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=match):
+        DetectionDataModule(tmp_path / "x.tar", **kwargs)
+
+
+def test_credentials_are_not_saved_with_the_hyperparameters() -> None:
+    options = {"endpoint_url": "http://127.0.0.1:9", "key": "k", "secret": "s"}
+    dm = DetectionDataModule("s3://bucket/train-{0..3}.tar", storage_options=options)
+    saved = dm.hparams["storage_options"]
+    assert saved["endpoint_url"] == options["endpoint_url"]
+    assert "s" not in saved.values() and "k" not in saved.values()
