@@ -255,6 +255,16 @@ def check_red_squares(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert image[:, 10, 8 + i].tolist() == [255, 0, 0]  # red inside the square
 
 
+def check_detection_shards(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = run()
+    dm, targets = namespace["dm"], namespace["targets"]
+    assert [Path(p).name for p in namespace["shards"]] == ["train-000000.tar", "train-000001.tar"]
+    assert dm.classes == ["box"] and (dm.split_size("train"), dm.split_size("val")) == (4, 2)
+    for target in targets:  # the box, or its mirror (the default flip in training)
+        assert target["boxes"].tolist() in ([[4.0, 6.0, 24.0, 18.0]], [[24.0, 6.0, 44.0, 18.0]])
+    assert namespace["images"][0].shape == (3, 32, 48)
+
+
 def write_tones(root: Path) -> None:
     """Twelve short .wav tones named ``{low,high}-N.wav`` (for the tone-folder block)."""
     import numpy as np
@@ -299,6 +309,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "preference-subclass": check_preference_subclass,
     "sine-waves": check_sine_waves,
     "red-squares": check_red_squares,
+    "detection-shards": check_detection_shards,
     "tone-folder": check_tone_folder,
 }
 

@@ -7,7 +7,8 @@ files with:
 
 * manifests, tars and Parquet / Arrow tables are read by the shard layer with its options
   (:attr:`AudioFiles.options`): retried, resumed at the byte offset;
-* an audio file is opened for random access (:func:`~datamodules.remote.files.open_seekable_remote`:
+* an audio file is opened for random access
+  (:class:`~datamodules.remote.random_access.RandomAccessFiles`:
   range requests, or a spooled copy from a server that ignores ranges), so that a header read
   or a segment reads what it needs; with ``cache_dir`` it is downloaded once into the shared
   cache (:class:`~datamodules.remote.cache.ShardCache`, LRU within ``cache_limit``), its version
@@ -19,16 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
 from datamodules.audio.decoding import AudioInfo, audio_info
 from datamodules.audio.header_cache import HeaderCache
-from datamodules.remote.cache import ShardCache
-from datamodules.remote.files import is_remote, open_seekable_remote
-from datamodules.remote.listing import file_version
+from datamodules.remote.files import is_remote
+from datamodules.remote.random_access import RandomAccessFiles
 from datamodules.remote.retrying import RemoteError, RemoteOptions
-from datamodules.remote.streams import default_options
 
 __all__ = ["AudioFiles", "folder_of", "resolve"]
 
@@ -67,16 +65,11 @@ class AudioFiles:
         cache_limit: int | None = None,
         index_dir: str | None = None,
     ) -> None:
-        self.options = options or default_options()
-        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.options)
+        #: Opens files whole or by range (the shared remote layer).
+        self.remote = RandomAccessFiles(options, cache_dir, cache_limit)
+        self.options = self.remote.options
         #: Headers read once per input and cached across runs.
         self.headers = HeaderCache(index_dir, self.options)
-        self._versions: dict[str, tuple[str | None, int | None]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_versions"] = {}  # checked once per process
-        return state
 
     def exists(self, path: str) -> bool:
         """Whether a local file exists; a URL is taken to (a missing one fails when read,
@@ -91,35 +84,14 @@ class AudioFiles:
         """
         return self.headers.info(path, lambda p: audio_info(p, self))
 
-    def _version(self, url: str) -> tuple[str | None, int | None]:
-        if url not in self._versions:
-            found = file_version(url, self.options) or {}
-            size = found.pop("size", None)
-            found.pop("path", None)
-            version = ";".join(f"{k}={v}" for k, v in sorted(found.items())) or None
-            self._versions[url] = (version, size)
-        return self._versions[url]
-
-    @contextlib.contextmanager
-    def open(self, path: str) -> Iterator[str | IO[bytes]]:
-        """A local path, or a binary file object of a URL (a local copy with ``cache_dir``).
+    def open(self, path: str) -> contextlib.AbstractContextManager[str | IO[bytes]]:
+        """A local path, or a binary file object of a URL (a local copy with ``cache_dir``):
+        :meth:`~datamodules.remote.random_access.RandomAccessFiles.open`.
 
         Raises:
             RemoteError: The URL cannot be read (after the retries), naming it and the status.
         """
-        if not is_remote(path):
-            yield path
-            return
-        if self.cache is not None:
-            version, size = self._version(path)
-            with self.cache.open(path, version, size) as local:
-                yield local
-            return
-        file = open_seekable_remote(path, self.options)
-        try:
-            yield file
-        finally:
-            file.close()
+        return self.remote.open(path)
 
     @property
     def errors(self) -> tuple[type[BaseException], ...]:

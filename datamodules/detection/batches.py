@@ -99,6 +99,8 @@ class DetectionBatchView(SplitView):
             (:mod:`~datamodules.detection.collate`; default torchvision's lists).
         masks: Add ``masks``, a ``tv_tensors.Mask`` (K, H, W) ``uint8`` of the objects in
             ``boxes`` (:mod:`~datamodules.detection.masks`; needs pycocotools).
+        read_image: Decodes image ``i`` of ``index`` (default: its file; images inside
+            shards: :class:`~datamodules.detection.shard_index.ShardImages`).
     """
 
     def __init__(
@@ -110,8 +112,10 @@ class DetectionBatchView(SplitView):
         crowd: str = "ignore",
         collate: Callable[[list[Any]], Any] = collate_torchvision,
         masks: bool = False,
+        read_image: Callable[[AnnotationIndex, int], torch.Tensor] | None = None,
     ) -> None:
         super().__init__(indices, transform)
+        self.read_image = read_image
         self.index = index
         self.crowd = crowd
         self.collate = collate
@@ -124,7 +128,10 @@ class DetectionBatchView(SplitView):
     def sample(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Image ``i`` of the index and its target, transformed."""
         index = self.index
-        image = decode_image(index.image_path(i))
+        if self.read_image is not None:
+            image = self.read_image(index, i)
+        else:
+            image = decode_image(index.image_path(i))
         height, width = image.shape[-2:]
         boxes, labels, crowd = index.objects(i)
         rows = np.arange(index.rows(i).start, index.rows(i).stop)

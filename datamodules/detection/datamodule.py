@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error, rejected
+from datamodules.core.checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_on_error,
+    check_string,
+    rejected,
+)
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
@@ -41,21 +48,33 @@ from datamodules.detection.grouping import (
 )
 from datamodules.detection.index import load_index
 from datamodules.detection.masks import require_pycocotools
+from datamodules.detection.shard_index import (
+    IMAGE_KEY,
+    ShardImages,
+    is_shard_spec,
+    load_shard_index,
+)
 from datamodules.imaging.normalize import to_float
 from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.random_access import RandomAccessFiles
+from datamodules.stream_parts.arguments import remote_options
 
 __all__ = ["DetectionDataModule"]
 
 Spec = str | os.PathLike
 
 
-def _spec(value: Any, name: str) -> str | None:
+def _spec(value: Any, name: str) -> Any:
     if value is None:
         return None
+    if isinstance(value, (list, tuple)) and value:  # shards
+        return [_spec(v, f"{name}[{k}]") for k, v in enumerate(value)]
     if not isinstance(value, (str, os.PathLike)):
         raise rejected(
-            name, value, "a COCO JSON file, a YOLO data.yaml or folder, or a VOC root", TypeError
-        )
+            name, value, "a COCO JSON file, a YOLO data.yaml or folder, a VOC root, or tar / "
+            "Parquet shards (a path, URL, pattern, folder or list)", TypeError,
+        )  # fmt: skip
     return os.fspath(value)
 
 
@@ -70,7 +89,10 @@ class DetectionDataModule(BaseDataModule):
         train: The train split: a COCO JSON file, a YOLO ``data.yaml`` (its ``val`` and
             ``test`` are the other splits unless given) or folder (``images/`` +
             ``labels/``), or a Pascal VOC root (``ImageSets/Main/train.txt``; ``val.txt``
-            and ``test.txt`` the other splits unless given) or split file.
+            and ``test.txt`` the other splits unless given) or split file, or tar / Parquet
+            shards of an image and a ``json`` of boxes per record (a path or ``http(s)://`` /
+            ``s3://`` URL, a glob or brace pattern ``train-{000000..000003}.tar``, a folder or
+            a list; the schema: :mod:`~datamodules.detection.shard_index`).
         val: The validation split, in any of those forms; None: the ``data.yaml``'s or VOC
             root's, else ``val_split`` of train.
         test: The test split, likewise (``test_split`` of train when none is found).
@@ -108,6 +130,15 @@ class DetectionDataModule(BaseDataModule):
         on_error: ``"raise"`` or ``"skip"`` bad annotations (counted in :attr:`skipped`).
         cache: The folder of annotation indexes (default: ``.datamodules-detection/`` beside
             the annotations when writable, else ``$DATAMODULES_CACHE/detection``).
+        image_key: Shards: the image member (tar extension, Parquet column), or alternatives
+            tried in order, ``"jpg;png"``.
+        storage_options: Passed to fsspec for remote shards (``http(s)://``, ``s3://``...;
+            e.g. an S3 ``endpoint_url``); credentials are never saved.
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        cache_dir: Keep remote shards in this directory (downloaded once, shared by processes
+            and runs); None reads each image by a range request.
+        cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold (LRU).
     """
 
     work = "decode"
@@ -134,6 +165,12 @@ class DetectionDataModule(BaseDataModule):
         normalize: bool | None = None,
         on_error: str = "raise",
         cache: Spec | None = None,
+        image_key: str = IMAGE_KEY,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        cache_dir: Spec | None = None,
+        cache_limit: int | str | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -209,6 +246,15 @@ class DetectionDataModule(BaseDataModule):
         self.normalize = batch_format == "hf" if normalize is None else normalize
         self.on_error = on_error
         self.indexes: dict[str, AnnotationIndex] = {}
+        check_string(image_key, "image_key", "member names such as 'jpg' or 'jpg;png'")
+        self.image_key = tuple(k for k in image_key.split(";") if k)
+        storage_options = restored_storage_options(storage_options)
+        remote, limit = remote_options(
+            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        )
+        save_without_credentials(self, storage_options)
+        #: Reads shards, local or remote (the remote options of streams).
+        self.files = RandomAccessFiles(remote, cache_dir, limit)
         #: Train images left out by ``empty="drop"``.
         self.empty_dropped = 0
 
@@ -228,6 +274,11 @@ class DetectionDataModule(BaseDataModule):
         if spec is None:
             return None
         implicit = given is None
+        if is_shard_spec(spec):
+            return None if implicit else load_shard_index(
+                spec, split, image_key=self.image_key, classes=classes, on_error=self.on_error,
+                cache=self.cache, files=self.files,
+            )  # fmt: skip
         if implicit and not spec.endswith((".yaml", ".yml")) and not _is_voc(spec):
             return None
         return load_index(
@@ -284,8 +335,12 @@ class DetectionDataModule(BaseDataModule):
             collate = functools.partial(collate_yolo, size=self.image_size)
         return DetectionBatchView(
             dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate,
-            masks=self.masks,
+            masks=self.masks, read_image=self.shard_images(dataset),
         )  # fmt: skip
+
+    def shard_images(self, index: AnnotationIndex) -> ShardImages | None:
+        """What reads the images of an index built from shards (None: image files)."""
+        return ShardImages(self.files) if index.meta.get("images") == "shards" else None
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         common = {"seed": self.shuffle_seed, "num_replicas": world, "rank": rank}
