@@ -22,11 +22,11 @@ from datamodules.audio.clips import (
 )
 from datamodules.audio.decoding import resampled_length
 from datamodules.audio.files import AudioFiles
-from datamodules.audio.saved_datasets import saved_dataset_files
 from datamodules.audio.shard_clips import is_table, is_tar, read_table, read_tar
 from datamodules.core.skipped import Skipped
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import expand_files, has_magic
+from datamodules.shards.arrow import saved_dataset_files
 from datamodules.shards.records import read_records
 
 __all__ = ["expanded", "first_record_has", "read_inputs"]
@@ -52,7 +52,7 @@ def _records_of(
     records: list[dict[str, Any]] = []
     paths = []
     for path in expanded(specs, files):
-        saved = saved_dataset_files(path, files)  # datasets' save_to_disk: its Arrow files
+        saved = saved_dataset_files(path, files.options)  # save_to_disk: its Arrow files
         paths += [path] if saved is None else saved
     for path in paths:
         if not is_remote(path) and os.path.isdir(path):
@@ -172,7 +172,7 @@ def first_record_has(spec: Any, key: str, files: AudioFiles) -> bool:
     if isinstance(items[0], dict):
         return key in items[0]
     path = expanded(items[:1], files)[0]
-    saved = saved_dataset_files(path, files)
+    saved = saved_dataset_files(path, files.options)
     path = path if saved is None else saved[0]
     if not is_remote(path) and not os.path.isfile(path):
         return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -160,15 +161,54 @@ def read_arrow(
         yield from batch.to_pylist()
 
 
-def saved_dataset_files(folder: str) -> list[str] | None:
-    """The data files of a local ``datasets`` ``save_to_disk`` folder, in order (its
-    ``state.json``'s ``_data_files``); None for any other path.
+def _remote_json(url: str, options: RemoteOptions | None) -> Any | None:
+    """The parsed JSON file at ``url``, or None where it cannot be read (not there)."""
+    try:
+        with open_seekable_remote(url, options) as file:
+            return json.loads(file.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _remote_saved_files(folder: str, options: RemoteOptions | None) -> list[str] | None:
+    """:func:`saved_dataset_files` of a URL without an extension (two small reads at most)."""
+    base = folder.rstrip("/")
+    if posixpath.splitext(base)[1]:
+        return None  # a file's URL
+    state = _remote_json(f"{base}/state.json", options)
+    if state is None:
+        splits = _remote_json(f"{base}/dataset_dict.json", options)
+        if isinstance(splits, dict) and splits.get("splits"):
+            named = ", ".join(repr(f"{base}/{s}") for s in splits["splits"])
+            raise ValueError(
+                f"{folder!r} is a saved DatasetDict: give the folder of one of its splits "
+                f"({named})."
+            )
+        return None
+    try:
+        files = [entry["filename"] for entry in state["_data_files"]]
+    except (KeyError, TypeError) as err:
+        raise ValueError(
+            f"{base}/state.json: not the state.json of a saved dataset ({type(err).__name__}: "
+            f"{err}); expected its '_data_files'."
+        ) from None
+    if not files:
+        raise ValueError(f"{base}/state.json: the saved dataset names no data files.")
+    return [f"{base}/{name}" for name in files]
+
+
+def saved_dataset_files(folder: str, options: RemoteOptions | None = None) -> list[str] | None:
+    """The data files of a ``datasets`` ``save_to_disk`` folder, in order (its
+    ``state.json``'s ``_data_files``), local or a URL (read with ``options``); None for any
+    other path.
 
     Raises:
         ValueError: The folder holds a ``DatasetDict`` (one folder per split: name one), or
             its ``state.json`` does not say its data files.
     """
-    if is_remote(folder) or not os.path.isdir(local_path(folder)):
+    if is_remote(folder):
+        return _remote_saved_files(folder, options)
+    if not os.path.isdir(local_path(folder)):
         return None
     root = local_path(folder)
     if os.path.isfile(os.path.join(root, "dataset_dict.json")):

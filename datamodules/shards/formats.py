@@ -27,6 +27,7 @@ import os
 from collections.abc import Iterable
 
 from datamodules.core.checks import check_choice
+from datamodules.remote.files import is_remote
 from datamodules.remote.listing import expand_files as list_files
 from datamodules.remote.retrying import RemoteOptions
 from datamodules.shards.arrow import saved_dataset_files
@@ -118,8 +119,8 @@ def expand_saved(items: Iterable[str | os.PathLike]) -> list[str]:
             ``state.json`` that does not name its data files.
     """
     out: list[str] = []
-    for item in items:
-        files = saved_dataset_files(os.fspath(item))
+    for item in items:  # local folders only: a URL here is a file's (no extra requests)
+        files = None if is_remote(os.fspath(item)) else saved_dataset_files(os.fspath(item))
         out.extend([os.fspath(item)] if files is None else files)
     return out
 
