@@ -180,10 +180,10 @@ def main() -> None:
         held = write_split(root, "held-out", held_count, held_digits, seed=2)
         # Scale jitter and a crop back to 64 (padding masked with IGNORE); no flip: digits
         # are not mirror-symmetric (the default train transform would flip them).
-        jitter = v2.Compose([
-            v2.RandomResize(28, 40),
-            v2.RandomCrop(SIZE, pad_if_needed=True, fill={tv_tensors.Image: 0, tv_tensors.Mask: IGNORE}),
-        ])  # fmt: skip
+        fill = {tv_tensors.Image: 0, tv_tensors.Mask: IGNORE}
+        jitter = v2.Compose(
+            [v2.RandomResize(28, 40), v2.RandomCrop(SIZE, pad_if_needed=True, fill=fill)]
+        )
         dm = SegmentationDataModule(
             train, held, num_classes=CLASSES, ignore_index=IGNORE, transforms=jitter,
             batch_size=32, num_workers=1,
