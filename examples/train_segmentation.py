@@ -10,12 +10,11 @@ images and masks are written as PNG files into an image folder and a mask folder
 which is what SegmentationDataModule reads. Held-out images use digits (the handwriting of
 writers) never pasted into a training image.
 
-A small U-Net (three down- and up-sampling stages, about 40 k parameters) trains with cross
+A small U-Net with an image-level context branch (about 130 k parameters) trains with cross
 entropy (``ignore_index=255``: pixels that the scale-jitter crop padded), and the mean IoU over
 the 11 classes on the held-out images is printed.
 
-Run: ``python examples/train_segmentation.py`` (a few minutes on 2 CPU cores), or ``--fast``
-(fewer images and epochs).
+Run: ``python examples/train_segmentation.py``, or ``--fast`` (fewer images and epochs).
 """
 
 from __future__ import annotations
@@ -93,40 +92,34 @@ def write_split(root: Path, name: str, count: int, digits: Any, seed: int) -> tu
 
 def block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.GroupNorm(4, cout), nn.ReLU(),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.GroupNorm(4, cout), nn.ReLU(),
     )  # fmt: skip
 
 
 class TinyUNet(pl.LightningModule):
-    """Three stages down (8, 16, 32 channels, then 32 at 1/8), three up with skips."""
+    """A U-Net of two stages down (16, 32 channels; 64 at 1/4) and two up with skips, plus an
+    image-level context (the deepest features max-pooled, as DeepLab's image pooling) that
+    tells every pixel which digit the image holds."""
 
-    def __init__(self, lr: float = 1e-2, epochs: int = 10) -> None:
+    def __init__(self, lr: float = 3e-3) -> None:
         super().__init__()
-        self.lr, self.epochs = lr, epochs
-        widths = [8, 16, 32]
-        self.down = nn.ModuleList([block(3, 8), block(8, 16), block(16, 32)])
-        self.middle = block(32, 32)
-        self.up = nn.ModuleList(
-            [
-                nn.ConvTranspose2d(c_in, c, 2, stride=2)
-                for c_in, c in zip([32, 32, 16], widths[::-1], strict=True)
-            ]
-        )
-        self.merge = nn.ModuleList([block(2 * c, c) for c in widths[::-1]])
-        self.head = nn.Conv2d(8, CLASSES, 1)
+        self.lr = lr
+        self.down1, self.down2, self.deep = block(3, 16), block(16, 32), block(32, 64)
+        self.context = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+        self.up2, self.merge2 = nn.ConvTranspose2d(128, 32, 2, stride=2), block(64, 32)
+        self.up1, self.merge1 = nn.ConvTranspose2d(32, 16, 2, stride=2), block(32, 16)
+        self.head = nn.Conv2d(16, CLASSES, 1)
         self.confusion = torch.zeros(CLASSES, CLASSES, dtype=torch.int64)
         self.history: list[float] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        skips = []
-        for stage in self.down:
-            x = stage(x)
-            skips.append(x)
-            x = nn.functional.max_pool2d(x, 2)
-        x = self.middle(x)
-        for up, merge, skip in zip(self.up, self.merge, reversed(skips), strict=True):
-            x = merge(torch.cat([up(x), skip], dim=1))
+        a = self.down1(x)
+        b = self.down2(nn.functional.max_pool2d(a, 2))
+        c = self.deep(nn.functional.max_pool2d(b, 2))
+        context = self.context(c.amax((2, 3)))[:, :, None, None].expand_as(c)
+        x = self.merge2(torch.cat([self.up2(torch.cat([c, context], 1)), b], 1))
+        x = self.merge1(torch.cat([self.up1(x), a], 1))
         return self.head(x)
 
     def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
@@ -147,10 +140,7 @@ class TinyUNet(pl.LightningModule):
         self.confusion.zero_()
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=1e-4)
-        steps = self.trainer.estimated_stepping_batches
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, self.lr, total_steps=steps)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
 def mean_iou(confusion: torch.Tensor) -> float:
@@ -173,7 +163,7 @@ def main() -> None:
     train_digits = (digits.images[HELD_OUT_DIGITS:], digits.target[HELD_OUT_DIGITS:])
     held_digits = (digits.images[:HELD_OUT_DIGITS], digits.target[:HELD_OUT_DIGITS])
     train_count, held_count = (500, 150) if args.fast else (1500, 300)
-    epochs = args.epochs or (8 if args.fast else 16)
+    epochs = args.epochs or (10 if args.fast else 30)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train = write_split(root, "train", train_count, train_digits, seed=1)
@@ -186,9 +176,9 @@ def main() -> None:
         )
         dm = SegmentationDataModule(
             train, held, num_classes=CLASSES, ignore_index=IGNORE, transforms=jitter,
-            batch_size=32, num_workers=1,
+            batch_size=16, num_workers=1,
         )  # fmt: skip
-        model = TinyUNet(epochs=epochs)
+        model = TinyUNet()
         trainer = pl.Trainer(
             max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
