@@ -22,6 +22,7 @@ __all__ = [
     "ImageFolderDataModule",
     "ImageTextDataModule",
     "PreferenceDataModule",
+    "SegmentationDataModule",
     "Source",
     "StreamingDataModule",
     "TensorDataModule",
@@ -39,6 +40,7 @@ _HOMES = {
     "ImageFolderDataModule": "datamodules.images.datamodule",
     "ImageTextDataModule": "datamodules.image_text.datamodule",
     "PreferenceDataModule": "datamodules.preference.datamodule",
+    "SegmentationDataModule": "datamodules.detection.segmentation",
     "Source": "datamodules.core.sources",
     "StreamingDataModule": "datamodules.streaming.datamodule",
     "TensorDataModule": "datamodules.tensor",
@@ -52,6 +54,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from datamodules.core.base import BaseDataModule
     from datamodules.core.sources import Source
     from datamodules.detection.datamodule import DetectionDataModule
+    from datamodules.detection.segmentation import SegmentationDataModule
     from datamodules.image_text.datamodule import ImageTextDataModule
     from datamodules.images.datamodule import ImageFolderDataModule
     from datamodules.preference.datamodule import PreferenceDataModule

@@ -265,6 +265,19 @@ def check_detection_shards(run: Runner, tmp_path: Path, monkeypatch: pytest.Monk
     assert namespace["images"][0].shape == (3, 32, 48)
 
 
+def check_segmentation(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the block writes its folders here
+    namespace = run()
+    dm, batch = namespace["dm"], namespace["batch"]
+    assert (dm.split_size("train"), dm.split_size("val")) == (8, 2)
+    assert batch["image"].shape == (4, 3, 32, 32) and batch["image"].dtype == torch.uint8
+    assert batch["mask"].shape == (4, 32, 32) and batch["mask"].dtype == torch.int64
+    assert set(batch["mask"].unique().tolist()) <= {0, 1, 2, 255}
+    val = next(iter(dm.val_dataloader()))
+    assert val["mask"].shape == (2, 48, 64)  # evaluation: the images' own size
+    assert set(val["mask"].unique().tolist()) <= {0, 1, 2}
+
+
 def write_tones(root: Path) -> None:
     """Twelve short .wav tones named ``{low,high}-N.wav`` (for the tone-folder block)."""
     import numpy as np
@@ -310,6 +323,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "sine-waves": check_sine_waves,
     "red-squares": check_red_squares,
     "detection-shards": check_detection_shards,
+    "segmentation": check_segmentation,
     "tone-folder": check_tone_folder,
 }
 

@@ -1,4 +1,5 @@
-"""Object detection: :class:`~datamodules.DetectionDataModule` and its parts.
+"""Object detection and segmentation: :class:`~datamodules.DetectionDataModule`,
+:class:`~datamodules.SegmentationDataModule` and their parts.
 
 * :mod:`~datamodules.detection.arrays`: the annotation index as flat, memory-mapped arrays;
 * :mod:`~datamodules.detection.coco`, :mod:`~datamodules.detection.yolo`,
@@ -12,9 +13,24 @@
   dataset into such shards;
 * :mod:`~datamodules.detection.grouping`: aspect-ratio batches and exact evaluation shares;
 * :mod:`~datamodules.detection.batches`: decoded images, targets, joint transforms;
-* :mod:`~datamodules.detection.datamodule`: the DataModule that composes them.
+* :mod:`~datamodules.detection.datamodule`: the DataModule that composes them;
+* :mod:`~datamodules.detection.segmentation_index`: image / mask pairs from folders or VOC;
+* :mod:`~datamodules.detection.segmentation_batches`: masks read, checked, transformed, padded;
+* :mod:`~datamodules.detection.segmentation`: ``SegmentationDataModule``, composing those,
+  core's samplers and detection's exact evaluation sampler.
 """
 
-from datamodules.detection.writer import write_detection_shards
+from __future__ import annotations
 
-__all__ = ["write_detection_shards"]
+from datamodules.core.lazy import lazy_exports
+
+__all__ = ["DetectionDataModule", "SegmentationDataModule", "write_detection_shards"]
+
+#: Where each public name is defined (loaded on first use: the parsers stay light to import).
+_HOMES = {
+    "DetectionDataModule": "datamodules.detection.datamodule",
+    "SegmentationDataModule": "datamodules.detection.segmentation",
+    "write_detection_shards": "datamodules.detection.writer",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
