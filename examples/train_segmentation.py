@@ -162,8 +162,8 @@ def main() -> None:
     digits = load_digits()
     train_digits = (digits.images[HELD_OUT_DIGITS:], digits.target[HELD_OUT_DIGITS:])
     held_digits = (digits.images[:HELD_OUT_DIGITS], digits.target[:HELD_OUT_DIGITS])
-    train_count, held_count = (500, 150) if args.fast else (1500, 300)
-    epochs = args.epochs or (10 if args.fast else 30)
+    train_count, held_count = (64, 16) if args.fast else (1500, 300)
+    epochs = args.epochs or (1 if args.fast else 30)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train = write_split(root, "train", train_count, train_digits, seed=1)

@@ -40,6 +40,19 @@ def _packed(items: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(items), dtype=np.uint8), offsets
 
 
+def _dumps(value: Any) -> bytes:
+    """JSON bytes: orjson's encoder when installed (about 10x faster on polygons)."""
+    if _orjson is not None:
+        return _orjson.dumps(value)
+    return json.dumps(value).encode()
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # the stdlib's json: slower, the same values
+    _orjson = None
+
+
 class IndexBuilder:
     """Collects images and objects while a parser reads annotations; writes the index.
 
@@ -100,7 +113,7 @@ class IndexBuilder:
         self.labels.append(int(label))
         self.crowd.append(bool(crowd))
         self.annotation_ids.append(int(annotation_id))
-        text = b"" if segmentation is None else json.dumps(segmentation).encode()
+        text = b"" if segmentation is None else _dumps(segmentation)
         self.segmentations.append(text)
         self.counts[image] += 1
         return True

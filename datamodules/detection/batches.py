@@ -26,7 +26,7 @@ from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.collate import collate_torchvision
 from datamodules.detection.masks import object_mask, require_pycocotools
-from datamodules.imaging.decoding import decode_image
+from datamodules.detection.scaling import DecodePlanner, scale_segmentation
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
 
@@ -99,8 +99,12 @@ class DetectionBatchView(SplitView):
             (:mod:`~datamodules.detection.collate`; default torchvision's lists).
         masks: Add ``masks``, a ``tv_tensors.Mask`` (K, H, W) ``uint8`` of the objects in
             ``boxes`` (:mod:`~datamodules.detection.masks`; needs pycocotools).
-        read_image: Decodes image ``i`` of ``index`` (default: its file; images inside
-            shards: :class:`~datamodules.detection.shard_index.ShardImages`).
+        decode: ``"scaled"``: JPEGs the pipeline shrinks 2x or more decode at a reduced scale,
+            boxes and masks scaled with them (:mod:`~datamodules.detection.scaling`);
+            ``"full"``: every image in full.
+        letterbox: ``"yolo"``'s letterbox side, the output size ``"scaled"`` plans for.
+        read_image: Reads image ``i`` of ``index`` from a shard (a
+            :class:`~datamodules.detection.shard_index.ShardImages`; None: from its file).
     """
 
     def __init__(
@@ -112,9 +116,12 @@ class DetectionBatchView(SplitView):
         crowd: str = "ignore",
         collate: Callable[[list[Any]], Any] = collate_torchvision,
         masks: bool = False,
-        read_image: Callable[[AnnotationIndex, int], torch.Tensor] | None = None,
+        decode: str = "full",
+        letterbox: int | None = None,
+        read_image: Any = None,
     ) -> None:
         super().__init__(indices, transform)
+        self.decoder = DecodePlanner(transform, decode, letterbox)
         self.read_image = read_image
         self.index = index
         self.crowd = crowd
@@ -128,12 +135,14 @@ class DetectionBatchView(SplitView):
     def sample(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Image ``i`` of the index and its target, transformed."""
         index = self.index
-        if self.read_image is not None:
-            image = self.read_image(index, i)
+        if self.read_image is not None and index.meta.get("images") == "shards":
+            image, output, full = self.decoder.decode_data(*self.read_image.data(index, i))
         else:
-            image = decode_image(index.image_path(i))
+            image, output, full = self.decoder.decode_file(index.image_path(i))
         height, width = image.shape[-2:]
         boxes, labels, crowd = index.objects(i)
+        if full is not None:  # the exact factors the DCT scale applied (it rounds sizes up)
+            boxes = boxes * np.array([width / full[1], height / full[0]] * 2, dtype=np.float32)
         rows = np.arange(index.rows(i).start, index.rows(i).stop)
         target: dict[str, Any] = {"image_id": int(index.image_ids[i])}
         if self.crowd == "ignore":
@@ -145,20 +154,49 @@ class DetectionBatchView(SplitView):
         target["labels"] = torch.from_numpy(labels + 1)
         target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
         if self.masks:
-            target["masks"] = self._masks(rows, boxes, height, width)
-        if self.transform is not None:
+            target["masks"] = self._masks(rows, boxes, height, width, full, output)
+        if output is not None:
+            image, target = self.decoder.finish(tv_tensors.Image(image), target, output)
+        elif self.transform is not None:
             image, target = self.transform(tv_tensors.Image(image), target)
         return self._sanitized(image, target)
 
     def _masks(
-        self, rows: np.ndarray, boxes: np.ndarray, height: int, width: int
+        self,
+        rows: np.ndarray,
+        boxes: np.ndarray,
+        height: int,
+        width: int,
+        full: tuple[int, int] | None = None,
+        size: tuple[int, int] | None = None,
     ) -> tv_tensors.Mask:
+        """The masks of the objects whose ``boxes`` lie on a ``height`` x ``width`` image.
+
+        ``full``: the size the annotations were made for, when the image was decoded smaller;
+        ``size``: draw the masks at this size instead (the size the image is resized to next:
+        polygons are scaled to it, RLE decoded in full and resized to it as ``"full"`` would).
+        """
         coco = require_pycocotools()
         index = self.index
-        found = [
-            object_mask(index.segmentation(int(row)), box, height, width, coco)
-            for row, box in zip(rows, boxes, strict=True)
-        ]
+        out_h, out_w = size or (height, width)
+        found = []
+        for row, box in zip(rows, boxes, strict=True):
+            segmentation = index.segmentation(int(row))
+            if full is None:
+                found.append(object_mask(segmentation, box, height, width, coco))
+            elif segmentation is None:
+                on = box * np.array([out_w / width, out_h / height] * 2, dtype=np.float32)
+                found.append(object_mask(None, on, out_h, out_w, coco))
+            elif isinstance(segmentation, list):
+                polygons = scale_segmentation(segmentation, out_w / full[1], out_h / full[0])
+                found.append(object_mask(polygons, box, out_h, out_w, coco))
+            else:
+                mask = torch.from_numpy(object_mask(segmentation, box, *full, coco))
+                resized = v2.functional.resize(
+                    mask[None], [out_h, out_w], v2.InterpolationMode.NEAREST
+                )
+                found.append(resized[0].numpy())
+        height, width = out_h, out_w
         stacked = np.stack(found) if found else np.zeros((0, height, width), dtype=np.uint8)
         return tv_tensors.Mask(torch.from_numpy(stacked))
 

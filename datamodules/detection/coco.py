@@ -25,13 +25,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: What a JSON number parses to (``bool`` is not among them).
+_NUMBERS = frozenset((int, float))
+
+
 def segmentation_problem(segmentation: Any) -> str | None:
     """What is wrong with a COCO ``segmentation`` (polygons or an RLE), or None."""
     if segmentation is None or segmentation == []:
         return None
     if isinstance(segmentation, list):
         for k, polygon in enumerate(segmentation):
-            if not isinstance(polygon, list) or not all(_number(v) for v in polygon):
+            # set(map(type, ...)) runs in C: a tenth of a check per value, on COCO's 860k.
+            if not isinstance(polygon, list) or not set(map(type, polygon)) <= _NUMBERS:
                 return f"polygon {k} is not a list of numbers"
             if len(polygon) % 2 or len(polygon) < 6:
                 return (
@@ -50,10 +55,21 @@ def segmentation_problem(segmentation: Any) -> str | None:
     return f"segmentation {type(segmentation).__name__} is neither polygons nor an RLE"
 
 
+def _loads(text: bytes) -> Any:
+    """Parsed JSON: orjson's parser when installed (the same values, about 2x faster), else
+    the stdlib's."""
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(text)
+    return orjson.loads(text)
+
+
 def _load(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
-            data = json.load(handle)
+            text = handle.read()
+        data = _loads(text)
     except (OSError, ValueError) as exc:
         raise AnnotationError(f"{path}: cannot read COCO JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):

@@ -55,6 +55,7 @@ from datamodules.detection.shard_index import (
     load_shard_index,
 )
 from datamodules.imaging.normalize import to_float
+from datamodules.imaging.scaled import check_decode
 from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
 from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.random_access import RandomAccessFiles
@@ -124,6 +125,11 @@ class DetectionDataModule(BaseDataModule):
         transforms: A torchvision.transforms.v2 transform of ``(image, target)`` for
             training (default: resize by ``min_size`` / ``max_size``, then a horizontal flip).
         eval_transforms: The same for evaluation (default: the resize only).
+        decode: ``"scaled"`` (default): a JPEG that the resize (``min_size`` / ``max_size``,
+            or ``"yolo"``'s letterbox) shrinks 2x or more decodes at 1/2, 1/4 or 1/8 scale,
+            its boxes and masks scaled by the factors applied; a custom transform gets full
+            images unless it declares a ``decode_size``
+            (:mod:`~datamodules.detection.scaling`). ``"full"``: every image in full.
         normalize: On the device, after scaling to [0, 1], also normalise with ImageNet's mean
             and std; None: only for ``"hf"`` (as its processors do; torchvision's models
             normalise inside, Ultralytics' take [0, 1]).
@@ -162,6 +168,7 @@ class DetectionDataModule(BaseDataModule):
         crowd: str = "ignore",
         transforms: Callable[..., Any] | None = None,
         eval_transforms: Callable[..., Any] | None = None,
+        decode: str = "scaled",
         normalize: bool | None = None,
         on_error: str = "raise",
         cache: Spec | None = None,
@@ -234,6 +241,7 @@ class DetectionDataModule(BaseDataModule):
         for name, value in (("transforms", transforms), ("eval_transforms", eval_transforms)):
             if value is not None and not callable(value):
                 raise rejected(name, value, "a transforms.v2 transform or None", TypeError)
+        check_decode(decode)
         if normalize is not None:
             check_bool(normalize, "normalize")
         check_on_error(on_error)
@@ -241,7 +249,7 @@ class DetectionDataModule(BaseDataModule):
         self.batch_format, self.min_size, self.max_size = batch_format, min_size, max_size
         self.group_by_aspect_ratio, self.empty, self.crowd = group_by_aspect_ratio, empty, crowd
         self.transforms, self.eval_transforms = transforms, eval_transforms
-        self.masks = masks
+        self.masks, self.decode = masks, decode
         self.image_size = 640 if image_size is None and batch_format == "yolo" else image_size
         self.normalize = batch_format == "hf" if normalize is None else normalize
         self.on_error = on_error
@@ -335,7 +343,8 @@ class DetectionDataModule(BaseDataModule):
             collate = functools.partial(collate_yolo, size=self.image_size)
         return DetectionBatchView(
             dataset, indices, self.transform_for(split), crowd=self.crowd, collate=collate,
-            masks=self.masks, read_image=self.shard_images(dataset),
+            masks=self.masks, read_image=self.shard_images(dataset), decode=self.decode,
+            letterbox=self.image_size if self.batch_format == "yolo" else None,
         )  # fmt: skip
 
     def shard_images(self, index: AnnotationIndex) -> ShardImages | None:
@@ -411,7 +420,7 @@ class DetectionDataModule(BaseDataModule):
         """The annotations of each split and the rules."""
         lines = [
             f"  batches: {self.batch_format!r}; crowd {self.crowd!r}, empty {self.empty!r}, "
-            f"aspect-ratio groups {self.group_by_aspect_ratio!r}"
+            f"aspect-ratio groups {self.group_by_aspect_ratio!r}; decode {self.decode!r}"
         ]
         for split, index in self.indexes.items():
             lines.append(

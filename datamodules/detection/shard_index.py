@@ -323,11 +323,15 @@ class ShardImages:
         self.reader = MemberReader(files)
 
     def __call__(self, index: AnnotationIndex, i: int) -> Any:
-        path = index.image_path(i)
         if index.meta.get("images") != "shards":
-            return decode_image(path)
-        ref = MemberRef.decode(path)
+            return decode_image(index.image_path(i))
+        data, where = self.data(index, i)
+        return decode_image_bytes(data, name=where)
+
+    def data(self, index: AnnotationIndex, i: int) -> tuple[bytes, str]:
+        """Image ``i``'s encoded bytes, read from its shard, and how errors name it."""
+        ref = MemberRef.decode(index.image_path(i))
         if is_remote(ref.shard):  # one request per shard and process; then a dict look-up
             version, size = index.meta["versions"][ref.shard]
             self.reader.files.check(ref.shard, (version, size))
-        return decode_image_bytes(self.reader.read(ref), name=ref.where)
+        return self.reader.read(ref), ref.where
