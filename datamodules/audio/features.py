@@ -62,6 +62,21 @@ def mel_filters(n_fft: int, n_mels: int, sample_rate: int, max_frequency: float)
     return filters * (2.0 / (filter_freqs[2 : n_mels + 2] - filter_freqs[:n_mels]))[None, :]
 
 
+def _reflect_padded(waves: torch.Tensor, pad: int, tail: int) -> torch.Tensor:
+    """``waves`` (B, T) followed by ``tail`` zeros, reflect-padded by ``pad`` on both sides
+    (``torch.stft``'s centring), built in one copy."""
+    length = waves.shape[-1]
+    if length <= pad + 1 or (tail and tail <= pad):  # short clips, or a short tail: the plain way
+        signal = torch.nn.functional.pad(waves, (0, tail)) if tail else waves
+        return torch.nn.functional.pad(signal[:, None, :], (pad, pad), mode="reflect")[:, 0]
+    out = waves.new_zeros((waves.shape[0], pad + length + tail + pad))
+    out[:, pad : pad + length] = waves
+    out[:, :pad] = waves[:, 1 : pad + 1].flip(-1)
+    if not tail:  # with a tail longer than pad, the reflected end is zeros
+        out[:, pad + length :] = waves[:, length - pad - 1 : length - 1].flip(-1)
+    return out
+
+
 class AudioFeatures:
     """Turns a batch's waveforms into ``input_features`` on whatever device they are.
 
@@ -87,16 +102,16 @@ class AudioFeatures:
             self._on[device] = (window, self._filters.to(device))
         return self._on[device]
 
-    def _power_mel(self, waves: torch.Tensor, whisper: bool) -> torch.Tensor:
-        """Mel power ``(B, n_mels, frames)`` of centred, reflect-padded Hann frames.
+    def _power_mel(self, waves: torch.Tensor, whisper: bool, tail: int = 0) -> torch.Tensor:
+        """Mel power ``(B, n_mels, frames)`` of centred, reflect-padded Hann frames of
+        ``waves`` followed by ``tail`` zeros.
 
         Framed by hand (``unfold``, then a real FFT along the contiguous last axis) rather
         than with ``torch.stft``, whose frequency-major output makes the power and the mel
         product stride across memory: on a CPU this is about 1.7x faster, the same values.
         """
         window, filters = self._constants(waves.device)
-        pad = self.n_fft // 2
-        padded = torch.nn.functional.pad(waves[:, None, :], (pad, pad), mode="reflect")[:, 0]
+        padded = _reflect_padded(waves, self.n_fft // 2, tail)
         frames = padded.unfold(-1, self.n_fft, self.hop)
         if whisper:  # Whisper leaves out the last frame
             frames = frames[:, :-1]
@@ -113,11 +128,9 @@ class AudioFeatures:
         # Enough zeros after the longest clip that the STFT's reflected end is zeros too, and
         # every later frame's window holds only the padding.
         length = min(WHISPER_SAMPLES, waves.shape[-1] + self.n_fft)
-        if waves.shape[-1] >= length:
-            waves = waves[..., :length]
-        else:
-            waves = torch.nn.functional.pad(waves, (0, length - waves.shape[-1]))
-        seen = self._power_mel(waves, length == WHISPER_SAMPLES).clamp(min=1e-10).log10()
+        waves = waves[..., :length]
+        tail = length - waves.shape[-1]
+        seen = self._power_mel(waves, length == WHISPER_SAMPLES, tail).clamp_(min=1e-10).log10_()
         seen = seen[..., :frames]
         # Silence is log10(1e-10) = -10; the peak is the clip's, over its frames and silence.
         peak = seen.amax(dim=(-2, -1), keepdim=True)
@@ -125,9 +138,11 @@ class AudioFeatures:
             peak = peak.clamp(min=-10.0)
         floor = peak - 8.0
         out = torch.empty((*seen.shape[:-1], frames), dtype=seen.dtype, device=seen.device)
-        torch.maximum(seen, floor, out=out[..., : seen.shape[-1]])
-        out[..., seen.shape[-1] :] = floor.clamp(min=-10.0)
-        return out.add_(4.0).div_(4.0)
+        head = out[..., : seen.shape[-1]]
+        torch.maximum(seen, floor, out=head)
+        head.add_(4.0).div_(4.0)
+        out[..., seen.shape[-1] :] = (floor.clamp(min=-10.0) + 4.0) / 4.0
+        return out
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,
