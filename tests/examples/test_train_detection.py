@@ -40,4 +40,3 @@ def test_a_fast_run_writes_both_formats_and_scores_the_held_out_images(
     lines = sum(len(p.read_text().splitlines()) for p in labels)
     assert lines == len(val["annotations"])  # the two formats hold the same objects
     assert re.search(r"held-out mAP@0\.5: (\d\.\d+)", out), out[-3000:]
-
