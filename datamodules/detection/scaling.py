@@ -66,6 +66,14 @@ def _steps(transform: Any) -> list[Any] | None:
     return [transform]
 
 
+def _is_resize_min_max(step: Any) -> bool:
+    """Whether ``step`` is the default transform's resize (batches' ``ResizeMinMax``), known
+    by its class's name and module so that this module does not import batches (which
+    imports it)."""
+    kind = type(step)
+    return kind.__name__ == "ResizeMinMax" and kind.__module__ == "datamodules.detection.batches"
+
+
 class DecodePlanner:
     """Decodes one split's images for its transform: scaled JPEGs where the pipeline allows.
 
@@ -76,8 +84,6 @@ class DecodePlanner:
     """
 
     def __init__(self, transform: Any, decode: str = "scaled", letterbox: int | None = None):
-        from datamodules.detection.batches import ResizeMinMax
-
         check_decode(decode)
         self.decode = decode
         self.letterbox = letterbox
@@ -89,7 +95,7 @@ class DecodePlanner:
         steps = _steps(transform)
         if decode == "full" or steps is None:
             return
-        if steps and type(steps[0]) is ResizeMinMax:
+        if steps and _is_resize_min_max(steps[0]):
             self.resize, steps = steps[0], steps[1:]
         sized = self.resize is not None or letterbox is not None
         if sized and (letterbox is None or all(type(s) in _FLIPS for s in steps)):
