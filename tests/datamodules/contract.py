@@ -17,7 +17,6 @@ DataModule (``function(**ddp_kwargs) -> (datamodule, batch_ids)``).
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import BaseDataModule
-from tests import subprocesses
+from tests import ddp_runner, forked
 from tests.recording import RecordingModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,10 +120,9 @@ def split_ids(dm: BaseDataModule, split: str) -> list[int]:
 def run_ddp(
     case: ContractCase, out: Path, epochs: int = 2, devices: int = 2, extra: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    """Runs ``tests/ddp_runner.py`` (``devices`` CPU processes, gloo); each rank's record."""
-    command = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_runner.py"),
+    """Runs ``tests/ddp_runner.py`` forked from this process (``devices`` CPU processes,
+    ``ddp_fork``, gloo); each rank's record."""
+    argv = [
         "--factory",
         str(case.ddp_factory),
         "--kwargs",
@@ -135,10 +133,12 @@ def run_ddp(
         str(epochs),
         "--devices",
         str(devices),
+        "--launch",
+        "fork",
         *extra,
     ]
-    result = subprocesses.run(command, cwd=ROOT, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    code, log = forked.run_main(ddp_runner.main, argv, out.with_name(out.name + ".log"))
+    assert code == 0, log[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 
 

@@ -6,9 +6,11 @@ repeated), so the predictions are gathered with ``all_gather_object`` and scored
 torchmetrics ``MeanAveragePrecision``: its own ``sync_on_compute`` gathers its per-image list
 states one tensor at a time and needs the same number of images on every rank.
 
-Run by ``test_contract.py`` as ``python ddp_map.py --root DIR --out DIR``; Lightning re-runs
-this command line for rank 1. The "detector" predicts from the targets themselves, shifted and
-scored by image id, so the mAP is a fixed, non-trivial number.
+``test_contract.py`` forks it from the test session (:func:`tests.forked.run_main` with
+``--launch fork``: the ranks are forks, ``strategy="ddp_fork"``); as a plain script,
+``python ddp_map.py --root DIR --out DIR``, Lightning re-runs the command line for rank 1.
+The "detector" predicts from the targets themselves, shifted and scored by image id, so the
+mAP is a fixed, non-trivial number.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ def single_process_map(dm: Any) -> float:
 
 
 class MapModel(pl.LightningModule):
-    def __init__(self) -> None:
+    """Records ids and the gathered mAP; each rank writes ``out/rank{R}.json`` at fit end."""
+
+    def __init__(self, out: str) -> None:
         super().__init__()
+        self.out = out
         from torchmetrics.detection import MeanAveragePrecision
 
         self.weight = torch.nn.Parameter(torch.zeros(1))
@@ -95,25 +100,29 @@ class MapModel(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    def on_fit_end(self) -> None:
+        out = Path(self.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{self.trainer.global_rank}.json").write_text(json.dumps(self.seen))
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+    parser.add_argument("--launch", choices=("subprocess", "fork"), default="subprocess")
+    args = parser.parse_args(argv)
     from tests.datamodules.detection.detection_data import ddp_datamodule
 
     dm, _ = ddp_datamodule(args.root)
-    model = MapModel()
+    model = MapModel(args.out)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+        accelerator="cpu", devices=2, strategy="ddp_fork" if args.launch == "fork" else "ddp",
+        max_epochs=2, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0,
     )  # fmt: skip
     trainer.fit(model, datamodule=dm)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(model.seen))
 
 
 if __name__ == "__main__":

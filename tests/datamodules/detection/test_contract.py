@@ -6,12 +6,11 @@ over the ranks equals the single-process mAP exactly."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests import subprocesses
+from tests import forked
 from tests.datamodules.contract import ContractCase, DataModuleContract, split_ids
 from tests.datamodules.detection.detection_data import (
     CONTRACT_IMAGES,
@@ -19,8 +18,6 @@ from tests.datamodules.detection.detection_data import (
     image_ids,
     write_contract_coco,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 class TestDetectionContract(DataModuleContract):
@@ -48,12 +45,12 @@ class TestDetectionContract(DataModuleContract):
         self, case: ContractCase, tmp_path: Path
     ) -> None:
         pytest.importorskip("pycocotools")
-        from tests.datamodules.detection.ddp_map import single_process_map
+        from tests.datamodules.detection import ddp_map
 
         out = tmp_path / "ddp"
-        command = [sys.executable, str(Path(__file__).with_name("ddp_map.py"))]
-        result = subprocesses.run([*command, "--root", str(tmp_path), "--out", str(out)], cwd=ROOT)
-        assert result.returncode == 0, result.stderr[-4000:]
+        argv = ["--root", str(tmp_path), "--out", str(out), "--launch", "fork"]
+        code, log = forked.run_main(ddp_map.main, argv, tmp_path / "ddp.log")
+        assert code == 0, log[-4000:]
         ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
         dm = contract_datamodule(str(tmp_path), batch_size=3, val_split=5)
         dm.setup("fit")
@@ -65,5 +62,5 @@ class TestDetectionContract(DataModuleContract):
             val = [[i for b in r["val"][epoch] for i in b] for r in ranks]
             assert sorted(val[0] + val[1]) == split_ids(dm, "val")  # each once, none repeated
             assert sorted(map(len, val)) == [2, 3]
-        expected = single_process_map(dm)
+        expected = ddp_map.single_process_map(dm)
         assert [r["map"] for r in ranks] == [[expected] * 2, [expected] * 2]

@@ -7,7 +7,6 @@ epoch is exactly a fresh run's on the new layout."""
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -17,25 +16,25 @@ import pytest
 import torch
 
 from datamodules import StreamingDataModule
-from tests import subprocesses
+from tests import forked
+from tests.datamodules.streaming import ddp_resume_runner
 from tests.datamodules.streaming.ddp_resume_runner import batch_ids, fit
 from tests.datamodules.streaming.test_datamodule import VAL, VAL_SIZES, write_jsonl
 
-RUNNER = Path(__file__).with_name("ddp_resume_runner.py")
-ROOT = Path(__file__).resolve().parents[3]
 SIZES = [13, 1, 22, 0, 9, 6]  # 51 records, uneven, one empty shard
 PER_EPOCH = 7  # 2 ranks: ceil(ceil(51 / 2) / 4)
 STOP = PER_EPOCH + 3  # the checkpoint: epoch 1, after 3 batches per rank
 
 
 def run(kwargs: dict[str, Any], out: Path, devices: int, **options: Any) -> list[dict[str, Any]]:
-    """``ddp_resume_runner.py`` on ``devices`` processes; each rank's record."""
-    command = [sys.executable, str(RUNNER), "--kwargs", json.dumps(kwargs), "--out", str(out)]
-    command += ["--devices", str(devices)]
+    """``ddp_resume_runner.py`` on ``devices`` processes (forked, ``ddp_fork``); each rank's
+    record."""
+    argv = ["--kwargs", json.dumps(kwargs), "--out", str(out), "--devices", str(devices)]
+    argv += ["--launch", "fork"]
     for key, value in options.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
-    result = subprocesses.run(command, cwd=ROOT, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    code, log = forked.run_main(ddp_resume_runner.main, argv, out.with_name(out.name + ".log"))
+    assert code == 0, log[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 
 

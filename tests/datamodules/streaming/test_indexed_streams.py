@@ -58,6 +58,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_ddp_over_an_index_is_disjoint_complete_and_even(data: Path, tmp_path: Path) -> None:
+    # The one DDP test launched as users launch ``strategy="ddp"``: Lightning re-runs the
+    # script, in a fresh interpreter, for rank 1 (the others fork their ranks: tests/forked.py).
     command = [
         sys.executable, str(ROOT / "tests" / "ddp_runner.py"),
         "--factory", f"{__name__}:ddp_factory", "--kwargs", json.dumps({"root": str(data)}),

@@ -1,0 +1,119 @@
+"""Runs a test script's ``main(argv)`` in a process of its own that needs no fresh interpreter.
+
+A DDP test needs processes, not fresh interpreters: a fresh one spends 15-20 s on this machine
+importing torch, torchmetrics and Lightning before the first step, per rank. Here each run is
+forked from one forkserver that imported Lightning and the library once per test session
+(``multiprocessing``'s ``forkserver``), never from the test process itself: once a process has
+asked torch about CUDA it may not fork a DDP launcher (``ddp_fork`` refuses, rightly), and the
+test process asks all the time. The run is a real process in a session of its own, with the
+test's environment and working directory; the DDP ranks that its ``Trainer`` starts
+(``strategy="ddp_fork"``: real processes, gloo) are its children. Whatever happens (it ends,
+runs past ``timeout``, the test is interrupted), the whole session is killed afterwards, so no
+rank or DataLoader worker outlives the test. Its stdout and stderr go to ``log``.
+
+The commands the docs show keep running in fresh interpreters (:mod:`tests.subprocesses`):
+there the import order is what is tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["TIMEOUT", "run_main"]
+
+#: Seconds a run may take: a hang, not a slow machine (pytest-timeout's is longer).
+TIMEOUT = 1200
+
+#: What the forkserver imports once, so that no run pays for it.
+PRELOAD = ["torch", "lightning.pytorch", "datamodules", "tests.ddp_runner"]
+
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload(PRELOAD)
+
+
+def _kill_session(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _child(
+    main: Callable[[list[str]], object],
+    argv: list[str],
+    log: str,
+    environ: dict[str, str],
+    cwd: str,
+) -> None:
+    os.setsid()
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    code = 1
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def run_main(
+    main: Callable[[list[str]], object],
+    argv: Sequence[str],
+    log: Path,
+    *,
+    timeout: float = TIMEOUT,
+) -> tuple[int, str]:
+    """Runs ``main(list(argv))`` in a process forked from the forkserver and waits for it.
+
+    Args:
+        main: A module-level function (the child imports it by name).
+        argv: Its arguments.
+        log: Where its stdout and stderr go.
+        timeout: Seconds before it counts as hung.
+
+    Returns:
+        Its exit status (0 when ``main`` returned) and the text it printed.
+
+    Raises:
+        AssertionError: It ran past ``timeout`` (its session killed, its output's end shown).
+    """
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    process = _context.Process(
+        target=_child, args=(main, list(argv), str(log), dict(os.environ), os.getcwd())
+    )
+    process.start()
+    try:
+        process.join(timeout)
+        if process.exitcode is None:
+            _kill_session(process.pid)
+            process.join()
+            text = log.read_text(errors="replace") if log.exists() else ""
+            raise AssertionError(
+                f"{main.__module__}.{main.__name__}({list(argv)}) ran past {timeout} s and was "
+                f"killed with its session; its output ended:\n{text[-3000:]}"
+            )
+    finally:
+        _kill_session(process.pid)  # ranks or workers left behind, if any
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+    return process.exitcode, log.read_text(errors="replace") if log.exists() else ""
