@@ -12,9 +12,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,19 +40,16 @@ from datamodules import (
     TensorDataModule,
     TextDataModule,
 )
-from tests import subprocesses
 from tests.datamodules.contract import assert_resume_mid_epoch_is_exact
 from tests.datamodules.text.test_packing import token_ids
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
-#: Run in a fresh interpreter: loads a checkpoint as a user who never imports this library
-#: would, checks that the parts this library writes are plain data, and prints them as JSON.
+#: Run in one fresh interpreter per module: for each ``path<TAB>qualname`` line on stdin it
+#: loads the checkpoint as a user who never imports this library would, checks that the parts
+#: this library writes are plain data, and prints them as one JSON line.
 READER = r"""
-import json, sys, torch
-ckpt = torch.load(sys.argv[1], weights_only=True, map_location="cpu")
-ours = [m for m in sys.modules if m.split(".")[0] in ("datamodules", "collates", "tests")]
-assert not ours, ours
+import json, sys, traceback, torch
 def check(value, where):
     if isinstance(value, dict):
         for key, item in value.items():
@@ -62,25 +60,56 @@ def check(value, where):
             check(item, f"{where}[{i}]")
     else:
         assert type(value) in (str, int, float, bool, type(None)), (where, type(value))
-parts = {
-    "hparams": ckpt["datamodule_hyper_parameters"],
-    "state": ckpt[sys.argv[2]],
-    "loader": ckpt["loops"]["fit_loop"]["state_dict"].get("combined_loader"),
-}
-for name, part in parts.items():
-    check(part, name)
-print(json.dumps(parts))
+for line in sys.stdin:
+    path, qualname = line.rstrip("\n").split("\t")
+    try:
+        ckpt = torch.load(path, weights_only=True, map_location="cpu")
+        ours = [m for m in sys.modules if m.split(".")[0] in ("datamodules", "collates", "tests")]
+        assert not ours, ours
+        parts = {
+            "hparams": ckpt["datamodule_hyper_parameters"],
+            "state": ckpt[qualname],
+            "loader": ckpt["loops"]["fit_loop"]["state_dict"].get("combined_loader"),
+        }
+        for name, part in parts.items():
+            check(part, name)
+        print(json.dumps({"parts": parts}), flush=True)
+    except Exception:
+        print(json.dumps({"error": traceback.format_exc()}), flush=True)
 """
 
+Reader = Callable[[Path, str], dict[str, Any]]
 
-def read_without_the_library(path: Path, qualname: str) -> dict[str, Any]:
-    result = subprocesses.run(
-        [sys.executable, "-c", READER, str(path), qualname],
+
+@pytest.fixture(scope="module")
+def read_without_the_library(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
+    """Reads a checkpoint (its path, the DataModule's qualified name) in a fresh interpreter
+    that never imports this library (one for the module: each costs seconds to import torch)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", READER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        cwd=path.parent,
+        cwd=tmp_path_factory.mktemp("reader"),
+        start_new_session=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    assert process.stdin is not None and process.stdout is not None
+
+    def read(path: Path, qualname: str) -> dict[str, Any]:
+        process.stdin.write(f"{path}\t{qualname}\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+        assert line, f"the reader ended: {process.communicate()[1][-3000:]}"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"]
+        return answer["parts"]
+
+    try:
+        yield read
+    finally:
+        process.kill()
+        process.communicate()
 
 
 @dataclass
@@ -538,7 +567,9 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_checkpoint_is_plain_data_and_rebuilds_and_resumes(name: str, tmp_path: Path) -> None:
+def test_checkpoint_is_plain_data_and_rebuilds_and_resumes(
+    name: str, tmp_path: Path, read_without_the_library: Reader
+) -> None:
     case = CASES[name](tmp_path)
     original = case.make()
     original.setup("fit")

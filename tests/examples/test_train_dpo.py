@@ -49,7 +49,7 @@ def test_sequence_logps_sum_each_segments_completion() -> None:
 def test_a_fast_run_lifts_the_held_out_preference_accuracy(tmp_path: Path) -> None:
     # As a user runs it: a fresh interpreter, from the repository's root; the whole process
     # group is ended if it ever hangs.
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the other core runs the other test worker
     command = [sys.executable, "examples/train_dpo.py", "--fast", "--cache", str(tmp_path)]
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
