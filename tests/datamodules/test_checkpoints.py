@@ -547,6 +547,31 @@ def detection_case(tmp_path: Path) -> RichCase:
     )
 
 
+def segmentation_case(tmp_path: Path) -> RichCase:
+    """Image and mask folders, Hugging Face batches, a v2 transform (not saved)."""
+    from torchvision.transforms import v2
+
+    from datamodules import SegmentationDataModule
+    from tests.datamodules.detection.segmentation_data import mask_ids, write_pairs
+
+    pair = tuple(str(folder) for folder in write_pairs(tmp_path / "pairs", 20))
+    return RichCase(
+        make=lambda: SegmentationDataModule(
+            pair,
+            num_classes=20,
+            batch_format="hf",
+            transforms=v2.RandomHorizontalFlip(0.0),
+            normalize=False,
+            batch_size=3,
+            val_split=4,
+            num_workers=0,
+        ),
+        batch_ids=mask_ids,
+        unsaved={"transforms"},
+        again=lambda: {"transforms": v2.RandomHorizontalFlip(0.0)},
+    )
+
+
 CASES: dict[str, Callable[[Path], RichCase]] = {
     "tensor": tensor_case,
     "image-folder": image_case,
@@ -563,6 +588,7 @@ CASES: dict[str, Callable[[Path], RichCase]] = {
     "time-series": time_series_case,
     "audio-duration-batches": audio_case,
     "detection-grouped": detection_case,
+    "segmentation-folders": segmentation_case,
 }
 
 
