@@ -1,7 +1,8 @@
 """Runs a real 2-process CPU DDP ``Trainer.fit`` (gloo) and records the ids each rank saw.
 
-The contract tests fork it from the test process (:func:`tests.forked.run_main`, with
-``--launch fork``: the ranks are forks, ``strategy="ddp_fork"``); as a plain script,
+The contract tests run it in a process forked from a preloaded forkserver
+(:func:`tests.forked.run_main`, with ``--launch fork``: the ranks are forks of that process,
+``strategy="ddp_fork"``); as a plain script,
 ``python tests/ddp_runner.py --factory MOD:FN --out DIR``, Lightning's DDP launcher re-runs
 the same command line for rank 1. ``FN(**json.loads(--kwargs))`` returns
 ``(datamodule, batch_ids)``, where ``batch_ids(batch)`` gives the sample ids in a batch. Each
@@ -61,6 +62,12 @@ def main(argv: list[str] | None = None) -> None:
     factory = getattr(importlib.import_module(module_name), fn_name)
     dm, batch_ids = factory(**json.loads(args.kwargs))
     model = RecordingModel(batch_ids)
+    callbacks: list[Callback] = [WriteRecord(Path(args.out))]
+    if args.ckpt_dir is not None:
+        every_step = ModelCheckpoint(
+            dirpath=args.ckpt_dir, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
+        )
+        callbacks.append(every_step)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=args.devices,
@@ -68,19 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         max_epochs=args.epochs,
         logger=False,
         enable_checkpointing=args.ckpt_dir is not None,
-        callbacks=[WriteRecord(Path(args.out))]
-        + (
-            []
-            if args.ckpt_dir is None
-            else [
-                ModelCheckpoint(
-                    dirpath=args.ckpt_dir,
-                    every_n_train_steps=1,
-                    save_top_k=-1,
-                    filename="{epoch}-{step}",
-                )
-            ]
-        ),
+        callbacks=callbacks,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,

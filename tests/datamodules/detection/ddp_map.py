@@ -6,8 +6,9 @@ repeated), so the predictions are gathered with ``all_gather_object`` and scored
 torchmetrics ``MeanAveragePrecision``: its own ``sync_on_compute`` gathers its per-image list
 states one tensor at a time and needs the same number of images on every rank.
 
-``test_contract.py`` forks it from the test session (:func:`tests.forked.run_main` with
-``--launch fork``: the ranks are forks, ``strategy="ddp_fork"``); as a plain script,
+``test_contract.py`` runs it in a process forked from a preloaded forkserver
+(:func:`tests.forked.run_main` with ``--launch fork``: the ranks are forks of that process,
+``strategy="ddp_fork"``); as a plain script,
 ``python ddp_map.py --root DIR --out DIR``, Lightning re-runs the command line for rank 1.
 The "detector" predicts from the targets themselves, shifted and scored by image id, so the
 mAP is a fixed, non-trivial number.

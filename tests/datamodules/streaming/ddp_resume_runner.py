@@ -1,8 +1,9 @@
 """Runs a real CPU ``Trainer.fit`` of a StreamingDataModule on N processes (DDP, gloo), optionally
 checkpointing every n steps or resuming from a checkpoint, and records the ids each rank saw.
 
-test_elastic_ddp.py forks it from the test session (:func:`tests.forked.run_main` with
-``--launch fork``: the ranks are forks, ``strategy="ddp_fork"``). As a plain script,
+test_elastic_ddp.py runs it in a process forked from a preloaded forkserver
+(:func:`tests.forked.run_main` with ``--launch fork``: the ranks are forks of that process,
+``strategy="ddp_fork"``). As a plain script,
 ``python tests/datamodules/streaming/ddp_resume_runner.py --kwargs JSON --devices N --out DIR
 [--max-steps S --ckpt-dir D] [--ckpt-path P] [--ids labels]`` (``labels``: the ids are the
 labels of ``(images, labels)`` batches), Lightning's DDP launcher re-runs the same command
