@@ -25,7 +25,10 @@ An epoch is one full pass of a fresh ``train_dataloader()`` (worker start includ
 record checked to arrive exactly once). Per epoch of a run the benchmark prints records/s,
 each remote mode's ratio to the local epoch of the same round, and the requests in flight
 during it (the most at once, and the mean), and the milliseconds from ``iter`` to the
-epoch's first request at the server, its first response, the first batch and the end; then
+epoch's first request at the server, its first response, the first batch and the end, and
+the CPU seconds each epoch took in the benchmark's process and its workers and, beside them,
+in the server's process (on a machine whose cores the loader's workers keep busy, the
+server's and the network reads' CPU is what a remote epoch pays beyond a local one); then
 the median ratio per epoch over
 ``--runs`` runs, and, for the first epoch of the last run, the requests in flight per 100 ms.
 
@@ -41,6 +44,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -226,9 +230,30 @@ def serve(
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float, float]:
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the workers of the
+    loaders that have finished)."""
+    own, ended = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a running process (Linux ``/proc``; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float, float, float]:
     """One full epoch of a fresh train loader; checks every id once; returns records/s, the
-    epoch's start and end (perf_counter seconds) and when its first batch came."""
+    epoch's start and end (perf_counter seconds), when its first batch came, and the CPU
+    seconds it took in this process and its workers."""
+    cpu = cpu_seconds()
     loader = dm.train_dataloader()
     began = time.perf_counter()
     ids, first = [], None
@@ -237,9 +262,10 @@ def epoch(dm: StreamingDataModule, n: int) -> tuple[float, float, float, float]:
             first = time.perf_counter()
         ids.extend(batch["id"].tolist())
     ended = time.perf_counter()
+    del loader  # its workers end (and are counted) now
     if sorted(ids) != list(range(n)):
         raise AssertionError("records lost or repeated")
-    return n / (ended - began), began, ended, first or ended
+    return n / (ended - began), began, ended, first or ended, cpu_seconds() - cpu
 
 
 def make(paths: list[str], **kwargs: Any) -> StreamingDataModule:
@@ -312,12 +338,19 @@ def main() -> None:
             print(f"{'epoch':<7}" + "".join(f"{m:>20}" for m in MODES) + "  in flight: most / mean")
             for e in range(args.epochs):
                 order = MODES[e % 3 :] + MODES[: e % 3]
-                results = {m: epoch(dms[m], args.records) for m in order}
+                results, server_cpu = {}, {}
+                for m in order:
+                    before = None if args.in_process else process_cpu_seconds(served.pid)
+                    results[m] = epoch(dms[m], args.records)
+                    after = None if args.in_process else process_cpu_seconds(served.pid)
+                    server_cpu[m] = None if before is None or after is None else after - before
                 if isinstance(flight, ServedFlight):
                     flight.refresh()
-                cells, notes, starts = [], [], []
+                cells, notes, starts, cpus = [], [], [], []
                 for m in MODES:
-                    rate, began, ended, first = results[m]
+                    rate, began, ended, first, cpu = results[m]
+                    server = "" if server_cpu[m] is None else f" + server {server_cpu[m]:.2f}"
+                    cpus.append(f"{m}: {cpu:.2f}{server}")
                     request, answer = flight.starts(began, ended)
                     starts.append(
                         f"{m}: " + "/".join(
@@ -340,6 +373,9 @@ def main() -> None:
                 print(
                     f"{'':<7}ms to first request/first response/first batch/end: "
                     + ", ".join(starts)
+                )
+                print(
+                    f"{'':<7}CPU s (this process and its workers + the server): " + ", ".join(cpus)
                 )
         if args.in_process:
             server.shutdown()
