@@ -25,7 +25,7 @@ from moto import server as moto_server
 from datamodules import AudioDataModule
 from datamodules.audio.clips import ManifestError
 from tests.counting_http import counting_server
-from tests.datamodules.audio.audio_data import tone, write_classes
+from tests.datamodules.audio.audio_data import tone, torchcodec_or_skip, write_classes
 from tests.datamodules.streaming.test_remote import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -200,6 +200,15 @@ def test_a_missing_or_undecodable_remote_file_is_named_or_skipped(tmp_path: Path
         indexed("s3://speech-bucket/broken/", storage_options=s3, index_cache=False)
     with pytest.raises(ValueError, match=r"s3://speech-bucket/nothing/: the folder lists no"):
         indexed("s3://speech-bucket/nothing/", storage_options=s3, index_cache=False)
+
+
+def test_torchcodec_decodes_a_folder_over_http_as_soundfile_does(site) -> None:
+    torchcodec_or_skip()
+    root, url = site
+    _, expected = indexed(root / "speech", index_cache=False)
+    dm, batch = indexed(f"{url}/speech/", decoder="torchcodec", index_cache=False)
+    assert torch.equal(batch["lengths"], expected["lengths"])
+    torch.testing.assert_close(batch["input_values"], expected["input_values"], rtol=0, atol=1e-6)
 
 
 class LabelRecorder(L.LightningModule):
