@@ -11,8 +11,9 @@ Inputs:
 * a NeMo-style JSONL manifest (``.json`` / ``.jsonl``): one record a line with
   ``audio_filepath`` (relative paths resolve against the manifest's folder), ``duration``,
   ``text`` and an optional ``offset`` (a segment of a longer file);
-* a folder of class sub-folders (labels from the sub-folder names, sorted, as Hugging Face's
-  AudioFolder gives them), the files' extensions chosen by ``audio_key``.
+* a folder of class sub-folders, local or remote (labels from the sub-folder names, sorted, as
+  Hugging Face's AudioFolder gives them), the files' extensions chosen by ``audio_key``:
+  :mod:`datamodules.audio.folders`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ __all__ = [
     "parse_record",
     "read_manifest",
     "records_in_memory",
-    "scan_class_folders",
 ]
 
 MANIFEST_EXTENSIONS = (".json", ".jsonl")
@@ -233,53 +233,3 @@ def records_in_memory(
             parsed["where"] = where
             out.append(parsed)
     return out
-
-
-def scan_class_folders(
-    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
-) -> list[dict[str, Any]]:
-    """Records of a folder of class sub-folders: ``{"path", "offset", "duration", "where",
-    "label"}`` (label: the sub-folder's name), durations from the headers (cached across
-    runs by ``files.headers``)."""
-    with files.headers.of(root, folder=True):
-        return _scan(root, extensions, skipped, on_error, files)
-
-
-def _scan(
-    root: str, extensions: Sequence[str], skipped: Skipped, on_error: str, files: AudioFiles
-) -> list[dict[str, Any]]:
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"{root!r} is not a folder of class sub-folders.")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-    records = []
-    for name in classes:
-        for folder, dirs, names in os.walk(os.path.join(root, name)):
-            dirs.sort()
-            for file in sorted(names):
-                if not file.lower().endswith(tuple(f".{e}" for e in extensions)):
-                    continue
-                path = os.path.join(folder, file)
-                try:
-                    info = files.info(path)
-                except AudioDecodeError as error:
-                    fail(
-                        path,
-                        f"cannot read its header: {error.reason}",
-                        on_error,
-                        skipped,
-                        path,
-                        None,
-                    )
-                    continue
-                if info.frames == 0:
-                    fail(path, "an empty clip (0 frames)", on_error, skipped, path, None)
-                    continue
-                records.append(
-                    {"path": path, "offset": 0.0, "duration": info.duration, "where": path,
-                     "label": name, "frames": info.frames, "rate": info.sample_rate}
-                )  # fmt: skip
-    if not records:
-        raise ValueError(
-            f"{root!r} holds no audio files ({', '.join(extensions)}) in class sub-folders."
-        )
-    return records

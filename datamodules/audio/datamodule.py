@@ -66,8 +66,10 @@ class AudioDataModule(BaseDataModule):
     Face audio tables (Parquet or Arrow files with an ``audio`` column of ``{bytes, path}``, as
     ``datasets``' ``Audio`` feature stores it), webdataset tar shards (an audio member, ``txt``
     or ``json``) -- the encoded clips of tables and tars are held in memory -- or a folder of
-    class sub-folders (each file's label is its sub-folder, as Hugging Face's AudioFolder
-    gives it). ``val`` / ``test`` replace the random ``val_split`` / ``test_split``.
+    class sub-folders, local or remote (each file's label is its sub-folder, as Hugging Face's
+    AudioFolder gives it; ``s3://bucket/speech/`` is listed by fsspec, ``http://host/speech/``
+    from its index page of links). ``val`` / ``test`` replace the random ``val_split`` /
+    ``test_split``.
 
     Clips are decoded in the loader's workers by soundfile, resampled to ``sample_rate`` by soxr
     and averaged to mono; a manifest segment (``offset`` / ``duration``) reads only its frames.
@@ -86,8 +88,9 @@ class AudioDataModule(BaseDataModule):
 
     Args:
         train: The train clips: a manifest path, a Parquet / Arrow table, a tar shard, a class
-            folder, a folder ``Dataset.save_to_disk`` wrote (paths or URLs, globs and brace
-            patterns), or a list of them; or a list of
+            folder (a URL without an extension or ending in ``/`` is one), a folder
+            ``Dataset.save_to_disk`` wrote (paths or URLs, globs and brace patterns), or a list
+            of them; or a list of
             :class:`~datamodules.Source` (a mixture, batched by ``batch_size``).
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.

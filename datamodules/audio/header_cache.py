@@ -7,10 +7,12 @@ decode. :class:`HeaderCache` keeps those headers per input, in one small file pe
 inputs reads no header at all:
 
 * a manifest's entry is keyed by the manifest's version (local: path, size and mtime; a URL:
-  its size and ETag / Last-Modified, one request);
+  its size and ETag / Last-Modified, one request); a class folder's by its path or URL;
 * each local audio file's header is kept with its size and mtime, checked by a ``stat``: a file
   rewritten since is read again; a remote file's header is trusted while its manifest is
-  unchanged (so that a warm cache makes no request per clip).
+  unchanged (so that a warm cache makes no request per clip); the files of a remote folder
+  are checked against the version its listing gives (an object store's size and ETag; none
+  from an HTTP index page: kept while listed).
 
 Each input's file is written atomically (a temporary file renamed into place) when it gained
 headers; ranks and runs that race write the same content.
@@ -86,10 +88,13 @@ class HeaderCache:
         self._headers: dict[str, list[Any]] = {}
         self._changed = False
         self._pending: tuple[str, bool] | None = None
+        self._stamps: dict[str, str | None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_file=None, _key=None, _headers={}, _changed=False, _pending=None)
+        state.update(
+            _file=None, _key=None, _headers={}, _changed=False, _pending=None, _stamps=None
+        )
         return state
 
     def _load(self, key: Any) -> None:
@@ -119,17 +124,20 @@ class HeaderCache:
                 os.remove(tmp)
 
     @contextlib.contextmanager
-    def of(self, source: str, folder: bool = False) -> Iterator[None]:
+    def of(
+        self, source: str, folder: bool = False, stamps: dict[str, str | None] | None = None
+    ) -> Iterator[None]:
         """Within the block, headers are those cached for the input ``source`` (a manifest, or
         with ``folder`` a class folder), loaded at the first header asked for (a manifest whose
         records all give durations costs nothing); saved after the block if new ones were
-        read."""
-        self._pending = (source, folder)
+        read. ``stamps``: the version of each remote file as its folder's listing gives it
+        (a header kept under another is read again)."""
+        self._pending, self._stamps = (source, folder), stamps
         try:
             yield
         finally:
             self._save()
-            self._pending, self._file, self._headers = None, None, {}
+            self._pending, self._file, self._headers, self._stamps = None, None, {}, None
 
     def _open_pending(self) -> None:
         if self._pending is None:
@@ -137,7 +145,9 @@ class HeaderCache:
         source, folder = self._pending
         self._pending = None
         if folder:
-            self._load({"folder": os.path.abspath(source)})
+            self._load(
+                {"folder": source.rstrip("/") if is_remote(source) else os.path.abspath(source)}
+            )
         else:
             self._load({"manifest": file_version(source, self.options) or {"path": source}})
 
@@ -145,7 +155,7 @@ class HeaderCache:
         """``path``'s header from the cache when its file is unchanged, else ``read(path)``
         (kept for the next run)."""
         self._open_pending()
-        stamp = _stamp(path)
+        stamp = self._stamps.get(path) if self._stamps is not None else _stamp(path)
         kept = self._headers.get(path)
         if kept is not None and kept[3] == stamp:
             return AudioInfo(int(kept[0]), int(kept[1]), int(kept[2]))

@@ -1,6 +1,7 @@
 """One split's inputs, whatever their form, into a :class:`~datamodules.audio.clips.ClipIndex`.
 
-A split is a manifest, a Parquet / Arrow table, a tar shard, a class folder, a list of them, or
+A split is a manifest, a Parquet / Arrow table, a tar shard, a class folder (local or a URL:
+``s3://bucket/speech/``, ``http://host/speech/``), a list of them, or
 records in memory; labels given as names become class indices (the train split's classes
 for validation and test).
 """
@@ -18,10 +19,10 @@ from datamodules.audio.clips import (
     is_manifest,
     read_manifest,
     records_in_memory,
-    scan_class_folders,
 )
 from datamodules.audio.decoding import resampled_length
 from datamodules.audio.files import AudioFiles
+from datamodules.audio.folders import is_remote_folder, scan_class_folders
 from datamodules.audio.shard_clips import is_table, is_tar, read_table, read_tar
 from datamodules.core.skipped import Skipped
 from datamodules.remote.files import is_remote
@@ -55,7 +56,7 @@ def _records_of(
         saved = saved_dataset_files(path, files.options)  # save_to_disk: its Arrow files
         paths += [path] if saved is None else saved
     for path in paths:
-        if not is_remote(path) and os.path.isdir(path):
+        if is_remote_folder(path) or (not is_remote(path) and os.path.isdir(path)):
             records += scan_class_folders(path, audio_key, skipped, on_error, files)
         elif is_tar(path):
             records += read_tar(

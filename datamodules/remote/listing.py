@@ -5,6 +5,9 @@
 * :func:`expand_braces`: webdataset's shard patterns (``shard-{000000..000099}.tar``,
   ``{train,extra}-*.tar``), expanded in order by the ``braceexpand`` package;
   :func:`check_not_pipe`: ``pipe:`` URLs refused, naming the fsspec URL to use instead.
+* :func:`list_folder`: every file under a remote folder, recursively (an object store's
+  listing, or over HTTP the links of the folder's index page), with the version its listing
+  gives.
 * :func:`file_version`: what identifies one version of a file (size and mtime, or for a URL
   its size and ETag / Last-Modified), so that caches built from it know when it changed.
 * :func:`cache_root`: ``$DATAMODULES_CACHE/NAME``, or ``~/.cache/datamodules/NAME``.
@@ -21,7 +24,7 @@ from typing import Any
 
 from datamodules.core.checks import check_not_pipe  # (its home: argument checks)
 from datamodules.remote.files import default_options, is_remote, local_path, remote_fs
-from datamodules.remote.retrying import RemoteOptions, call_with_retries
+from datamodules.remote.retrying import RemoteError, RemoteOptions, call_with_retries
 
 __all__ = [
     "VALIDATORS",
@@ -31,6 +34,7 @@ __all__ = [
     "expand_files",
     "file_version",
     "has_magic",
+    "list_folder",
 ]
 
 #: A brace pattern: ``{a,b}`` or ``{000..099}`` (what braceexpand expands).
@@ -164,3 +168,106 @@ def file_version(path: str, options: RemoteOptions | None = None) -> dict[str, A
     if not found or info.get("size") is None:
         return None
     return {"path": path, "size": info["size"], **found}
+
+
+#: What to give instead of a remote folder that cannot be listed.
+_INSTEAD = "Give a manifest (JSONL) of its files, tar shards or a Parquet table instead."
+
+
+def list_folder(
+    url: str, options: RemoteOptions | None = None
+) -> list[tuple[str, str, str | None]]:
+    """Every file under the remote folder ``url``, recursively, sorted by URL.
+
+    An object store (S3, GCS, ...) is listed by fsspec's ``find``. HTTP has no listing of its
+    own: the folder's index page is read for its links, as fsspec's HTTP filesystem does (a
+    link ending in ``/`` is a sub-folder, listed in turn), which Python's ``http.server`` and
+    the autoindex of nginx or Apache give. Each call lists afresh (fsspec's cached listings of
+    the folder and under it are dropped first).
+
+    Args:
+        url: The folder's URL (with or without a trailing ``/``).
+        options: Storage options, retries and timeout of the requests.
+
+    Returns:
+        ``(url, relative, version)`` per file: its URL, its path under the folder
+        (``/``-separated, the percent-escapes of an HTTP link decoded) and what its listing
+        says of its version (its size and ETag / Last-Modified; None where the listing gives
+        none, as an HTTP index page does).
+
+    Raises:
+        ValueError: The folder cannot be listed (naming the URL, the status, and what to give
+            instead: over HTTP, a server without index pages) or lists no file.
+    """
+    opts = options or default_options()
+    root = url.rstrip("/")
+    http = root.split("://", 1)[0].lower() in ("http", "https")
+    try:
+        fs, path = call_with_retries(url, opts, lambda: remote_fs(root + "/", opts))
+        found = _http_files(fs, root, opts) if http else _store_files(fs, path, url, opts)
+    except RemoteError as error:
+        how = (
+            "over HTTP a folder is listed from its index page of links (as Python's "
+            "http.server gives)"
+            if http
+            else "listed with fsspec"
+        )
+        raise ValueError(
+            f"{url}: cannot list the folder ({how}): {error.reason}. {_INSTEAD}"
+        ) from error
+    if not found:
+        how = (
+            "its index page has no links to files (a server without index pages cannot list "
+            "a folder over HTTP)"
+            if http
+            else "is it the folder's URL?"
+        )
+        raise ValueError(f"{url}: the folder lists no files ({how}). {_INSTEAD}")
+    return sorted(found)
+
+
+def _forget_listings(fs: Any, base: str) -> None:
+    """Drops fsspec's cached listings of ``base``, its parents and everything under it (an
+    object's size and ETag are taken from them: a rewritten one would be read at its old
+    size)."""
+    fs.invalidate_cache(base)
+    for key in [k for k in list(fs.dircache) if k.startswith(base.rstrip("/") + "/")]:
+        fs.dircache.pop(key, None)
+
+
+def _http_files(fs: Any, root: str, opts: RemoteOptions) -> list[tuple[str, str, str | None]]:
+    """The files linked from ``root``'s index page and its sub-folders' (a ``/`` link)."""
+    from urllib.parse import unquote
+
+    found: list[tuple[str, str, str | None]] = []
+    pending = [root + "/"]
+    while pending:
+        folder = pending.pop()
+        _forget_listings(fs, folder)
+        entries = call_with_retries(folder, opts, lambda f=folder: fs.ls(f, detail=True))
+        for entry in entries:
+            name = entry["name"]
+            if not name.startswith(folder) or name == folder:
+                continue  # a link out of the folder (fsspec keeps those under it only)
+            if name.endswith("/"):
+                pending.append(name)
+            else:
+                found.append((name, unquote(name[len(root) + 1 :]), None))
+    return found
+
+
+def _store_files(
+    fs: Any, path: str, url: str, opts: RemoteOptions
+) -> list[tuple[str, str, str | None]]:
+    """The files under ``path`` of an object store, each with its size and first validator."""
+    base = path.rstrip("/")
+    _forget_listings(fs, base)
+    infos = call_with_retries(url, opts, lambda: fs.find(base, detail=True))
+    found: list[tuple[str, str, str | None]] = []
+    for name, info in infos.items():
+        if info.get("type") == "directory" or not name.startswith(base + "/"):
+            continue
+        tags = [str(info[k]) for k in VALIDATORS if info.get(k)]
+        version = ";".join([str(info.get("size")), *tags[:1]])
+        found.append((fs.unstrip_protocol(name), name[len(base) + 1 :], version))
+    return found

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import soundfile
 
 from datamodules import AudioDataModule
@@ -69,3 +70,24 @@ def ddp_datamodule(root: str) -> tuple[AudioDataModule, Any]:
         os.path.join(root, "manifest.jsonl"), max_duration=0.5, val_split=0.2, num_workers=0
     )
     return dm, batch_ids
+
+
+def torchcodec_or_skip() -> None:
+    """Skips the test, saying why, where ``decoder="torchcodec"`` cannot run: torchcodec not
+    installed, or FFmpeg's libraries absent (``apt-get install ffmpeg``). With FFmpeg present,
+    a probe decode that fails (torchcodec built for another torch, ...) fails the test."""
+    import ctypes.util
+    import io
+
+    try:
+        from torchcodec.decoders import AudioDecoder as CodecDecoder
+    except ImportError as error:
+        pytest.skip(f"decoder='torchcodec' needs torchcodec (pip install torchcodec): {error}")
+    if ctypes.util.find_library("avutil") is None:
+        pytest.skip(
+            "decoder='torchcodec' needs FFmpeg's libraries (libavutil, libavcodec ...; Debian: "
+            "apt-get install ffmpeg), not found here"
+        )
+    probe = io.BytesIO()
+    soundfile.write(probe, tone(160, 440), RATE, format="WAV")
+    CodecDecoder(probe.getvalue()).get_all_samples()

@@ -10,7 +10,7 @@ import soundfile
 import soxr
 
 from datamodules.audio.decoding import AudioDecodeError, AudioDecoder, _downmix, audio_info
-from tests.datamodules.audio.audio_data import tone
+from tests.datamodules.audio.audio_data import tone, torchcodec_or_skip, write_classes
 
 
 @pytest.mark.parametrize(
@@ -64,3 +64,15 @@ def test_headers_give_durations_and_bad_files_are_named(tmp_path: Path) -> None:
     soundfile.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
     with pytest.raises(AudioDecodeError, match="empty clip"):
         AudioDecoder().read(str(tmp_path / "empty.wav"))
+
+
+@pytest.mark.parametrize("mono", [True, False])
+def test_torchcodec_decodes_the_fixture_clips_as_soundfile_does(tmp_path: Path, mono: bool) -> None:
+    torchcodec_or_skip()
+    clips = sorted(write_classes(tmp_path / "sounds").rglob("*.*"))  # wav, flac; 8-44.1 kHz
+    assert len(clips) == 8
+    for path in clips:
+        expected = AudioDecoder(16000, mono=mono).read(str(path))
+        decoded = AudioDecoder(16000, mono=mono, decoder="torchcodec").read(str(path))
+        assert decoded.dtype == np.float32 and decoded.shape == expected.shape, path
+        np.testing.assert_allclose(decoded, expected, rtol=0, atol=1e-6, err_msg=str(path))

@@ -1,15 +1,26 @@
-"""Tests for datamodules.remote.listing: webdataset's brace patterns and refused pipe: URLs."""
+"""Tests for datamodules.remote.listing: webdataset's brace patterns, refused pipe: URLs, and
+remote folders listed over HTTP (Python's ``http.server``) and S3 (moto's server)."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
+import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+import s3fs
+from moto import server as moto_server
 
 from datamodules import Source, StreamingDataModule
-from datamodules.remote.listing import check_not_pipe, expand_braces, expand_files
+from datamodules.remote.listing import check_not_pipe, expand_braces, expand_files, list_folder
+from datamodules.remote.retrying import RemoteOptions
+from datamodules.remote.streams import remote_fs
 from datamodules.shards.errors import ShardError
+from tests.datamodules.streaming.test_remote import free_port
 
 
 def write_jsonl(path: Path, ids: range) -> None:
@@ -78,3 +89,63 @@ def test_a_pipe_url_is_refused_at_construction_naming_the_url_to_use(
     with pytest.raises(ValueError, match="Source files="):
         Source([spec], weight=1.0)
     check_not_pipe("s3://bucket/train-0.tar")  # a URL itself is fine
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_http_folder_is_listed_from_its_index_pages(tmp_path: Path) -> None:
+    for name in ("a b/x.wav", "a b/deeper/y.wav", "c/z.txt", "top.wav"):
+        (tmp_path / "site/data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site/data" / name).write_bytes(b"x")
+    (tmp_path / "site/elsewhere.wav").write_bytes(b"x")  # beside the folder: not listed
+    handler = functools.partial(_Quiet, directory=os.fspath(tmp_path / "site"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        found = list_folder(f"{url}/data/")
+        assert found == [
+            (f"{url}/data/a%20b/deeper/y.wav", "a b/deeper/y.wav", None),
+            (f"{url}/data/a%20b/x.wav", "a b/x.wav", None),
+            (f"{url}/data/c/z.txt", "c/z.txt", None),
+            (f"{url}/data/top.wav", "top.wav", None),
+        ]
+        assert list_folder(f"{url}/data") == found
+        with pytest.raises(ValueError, match=rf"{url}/none/: cannot list .*not found \(404\)"):
+            list_folder(f"{url}/none/", RemoteOptions(retries=0))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_s3_folder_is_listed_with_versions_that_follow_a_rewrite() -> None:
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        storage = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "k", "secret": "s"}
+        fs = s3fs.S3FileSystem(**storage)
+        fs.mkdir("folders")
+        fs.pipe("folders/data/a/x.wav", b"12345")
+        fs.pipe("folders/data/b/c/y.wav", b"1")
+        fs.pipe("folders/other.wav", b"1")
+        options = RemoteOptions(storage_options=storage, retries=0)
+        found = list_folder("s3://folders/data/", options)
+        assert [(u, r) for u, r, _ in found] == [
+            ("s3://folders/data/a/x.wav", "a/x.wav"),
+            ("s3://folders/data/b/c/y.wav", "b/c/y.wav"),
+        ]
+        assert found[0][2].startswith("5;")  # its size, then its ETag
+        reader, path = remote_fs("s3://folders/data/a/x.wav", options)
+        assert reader.info(path)["size"] == 5  # now in fsspec's listing cache
+        fs.pipe("folders/data/a/x.wav", b"123")
+        again = list_folder("s3://folders/data", options)
+        assert again[0][2].startswith("3;") and again[0][2] != found[0][2]
+        assert reader.info(path)["size"] == 3  # the listing dropped the stale one
+        with pytest.raises(ValueError, match=r"s3://folders/none/: the folder lists no files"):
+            list_folder("s3://folders/none/", options)
+    finally:
+        server.stop()
