@@ -101,6 +101,35 @@ def _reason(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def _codec_frames(path: Any, offset: float, duration: float | None) -> tuple[np.ndarray, int]:
+    """The frames ``(T, C)`` of a segment decoded with TorchCodec, cut at the samples
+    soundfile reads (``round(offset * rate)`` for ``round(duration * rate)``).
+
+    TorchCodec starts a range at the first sample played at or after its start time, which
+    for an offset between two samples is one sample later than soundfile's rounding: the
+    range asked for starts two samples early and is cut here. A format that cannot seek
+    (a short FLAC of one block) is decoded from its start.
+    """
+    from torchcodec.decoders import AudioDecoder as CodecDecoder
+
+    codec = CodecDecoder(path)
+    rate = int(codec.metadata.sample_rate)
+    first = round(offset * rate)
+    count = None if duration is None else round(duration * rate)
+    begin = max(0, first - 2) / rate
+    stop = None if count is None else (first + count + 2) / rate
+    try:
+        samples = codec.get_samples_played_in_range(begin, stop)
+    except RuntimeError:  # no seeking in this file: a new decoder, from its start
+        if hasattr(path, "seek"):
+            path.seek(0)
+        samples = CodecDecoder(path).get_samples_played_in_range(0.0, stop)
+    data = samples.data.numpy().T
+    at = first - round(samples.pts_seconds * rate)
+    end = None if count is None else at + count
+    return data[max(at, 0) : end].astype(np.float32, copy=False), rate
+
+
 class AudioDecoder:
     """Reads clips as float32 NumPy arrays at ``sample_rate``: ``(T,)`` mono, or ``(C, T)``.
 
@@ -135,12 +164,7 @@ class AudioDecoder:
         """The segment's frames ``(T, C)`` float32 (int16 when ``pcm16`` and
         :meth:`lossless_int16`) and the file's rate."""
         if self.decoder == "torchcodec":
-            from torchcodec.decoders import AudioDecoder as CodecDecoder
-
-            codec = CodecDecoder(path)
-            stop = None if duration is None else offset + duration
-            samples = codec.get_samples_played_in_range(offset, stop)
-            return samples.data.numpy().T.astype(np.float32, copy=False), samples.sample_rate
+            return _codec_frames(path, offset, duration)
         import soundfile
 
         with soundfile.SoundFile(io.BytesIO(path) if isinstance(path, bytes) else path) as file:

@@ -76,3 +76,25 @@ def test_torchcodec_decodes_the_fixture_clips_as_soundfile_does(tmp_path: Path, 
         decoded = AudioDecoder(16000, mono=mono, decoder="torchcodec").read(str(path))
         assert decoded.dtype == np.float32 and decoded.shape == expected.shape, path
         np.testing.assert_allclose(decoded, expected, rtol=0, atol=1e-6, err_msg=str(path))
+
+
+@pytest.mark.parametrize(
+    ("rate", "frames", "offset", "duration"),
+    [
+        (22050, 8000, 0.05, 0.1),  # an offset between two samples (1,102.5)
+        (22050, 8000, 0.05, None),  # to the end
+        (8000, 2003, 0.05, 0.1),  # a short FLAC of one block: no seeking
+        (16000, 48000, 1.25, 0.5),
+    ],
+)
+def test_torchcodec_reads_a_segment_at_the_samples_soundfile_reads(
+    tmp_path: Path, rate: int, frames: int, offset: float, duration: float | None
+) -> None:
+    torchcodec_or_skip()
+    path = tmp_path / f"clip{rate}.flac"
+    t = np.arange(frames) / rate
+    soundfile.write(path, (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate)
+    expected = AudioDecoder(rate, mono=True).read(str(path), offset, duration)
+    decoded = AudioDecoder(rate, mono=True, decoder="torchcodec").read(str(path), offset, duration)
+    assert decoded.shape == expected.shape
+    np.testing.assert_allclose(decoded, expected, rtol=0, atol=1e-6)
