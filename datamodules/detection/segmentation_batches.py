@@ -65,7 +65,7 @@ def read_mask(source: str | bytes, wide: bool = False, *, name: str | None = Non
         AnnotationError: It is not a one-channel mask, or is in a lossy format (JPEG,
             WebP), naming it and its mode or format.
     """
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     if name is None:
         name = source if isinstance(source, str) else "<bytes>"
@@ -92,7 +92,11 @@ def read_mask(source: str | bytes, wide: bool = False, *, name: str | None = Non
     except AnnotationError:
         raise
     except (OSError, ValueError, SyntaxError) as error:
-        reason = "no such file" if isinstance(error, FileNotFoundError) else str(error)
+        reason = str(error)
+        if isinstance(error, FileNotFoundError):
+            reason = "no such file"
+        elif isinstance(error, UnidentifiedImageError):
+            reason = "not an image in a format PIL knows (or a damaged one)"
         raise ImageDecodeError.for_file(name, reason) from error
     values = values.astype(np.uint8) if values.dtype == bool else values
     if values.dtype != np.uint8 or wide:

@@ -129,7 +129,7 @@ def is_voc_segmentation(path: str) -> bool:
 
 def check_split_spec(value: Any, name: str) -> Spec | None:
     """``value`` as a split spec, or None: a tuple of two folders, a list of shards (a list or
-    tuple whose entries all name shards), or a path string (a VOC root or split file, or
+    tuple of which an entry names shards), or a path string (a VOC root or split file, or
     shards).
 
     Raises:
@@ -145,8 +145,8 @@ def check_split_spec(value: Any, name: str) -> Spec | None:
         and all(isinstance(v, (str, os.PathLike)) for v in value)
     ):
         items = [os.fspath(v) for v in value]
-        if all(is_member_spec(v, LAYOUTS) for v in items):
-            return items
+        if any(is_member_spec(v, LAYOUTS) for v in items):
+            return items  # shards (an entry that names none is refused when they are listed)
         if len(items) == 2:
             return items[0], items[1]
     raise rejected(name, value, ACCEPTED, TypeError)
