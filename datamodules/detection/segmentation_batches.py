@@ -1,11 +1,14 @@
 """Segmentation batches: image and class mask decoded, checked, transformed together, padded.
 
-* :func:`read_mask`: a class mask file to an ``(H, W)`` tensor of class indices: palette PNGs
+* :func:`read_mask`: a class mask (a file, or a shard member's bytes) to an ``(H, W)``
+  tensor of class indices (a lossy JPEG / WebP mask is refused): palette PNGs
   (PIL mode ``"P"``, as Pascal VOC's) give their palette indices, grayscale ones their values,
   16- and 32-bit ones theirs; colour masks are refused (map colours to classes first).
 * :class:`SegmentationBatchView`: a split of a
   :class:`~datamodules.detection.segmentation_index.SegmentationIndex`, a batch a call: each
-  image decodes through the image kinds' decoder, its mask through :func:`read_mask`; sizes
+  image decodes through the image kinds' decoder, its mask through :func:`read_mask` (from an
+  index of shards, both from the bytes of their members, read through
+  :class:`~datamodules.shards.member_shards.MemberBytes`); sizes
   and (with ``num_classes``) values are checked, then a torchvision.transforms.v2 transform
   gets ``(tv_tensors.Image, tv_tensors.Mask)``, which v2 never interpolates (masks resize
   with nearest neighbours whatever the transform's interpolation).
