@@ -94,8 +94,9 @@ def _crop_size(value: Any) -> tuple[int, int] | None:
 
 
 class SegmentationDataModule(BaseDataModule):
-    """Semantic segmentation batches: ``SegmentationDataModule(("images/", "masks/"))`` or
-    ``SegmentationDataModule("VOCdevkit/VOC2012", crop_size=480, num_classes=21)``.
+    """Semantic segmentation batches: ``SegmentationDataModule(("images/", "masks/"))``,
+    ``SegmentationDataModule("VOCdevkit/VOC2012", crop_size=480, num_classes=21)`` or
+    ``SegmentationDataModule("s3://bucket/seg/train-{000000..000099}.tar")``.
 
     Subclass for a dataset of your own by overriding :meth:`load_pairs` (return a
     :class:`~datamodules.detection.segmentation_index.SegmentationIndex` per split).
@@ -304,8 +305,9 @@ class SegmentationDataModule(BaseDataModule):
     @property
     def skipped(self) -> Skipped:
         """Samples left out under ``on_error="skip"``: at setup (a stem on one side only, a
-        listed VOC id without its files), and those the loaders met so far (unreadable files,
-        sizes that differ, class values out of range)."""
+        listed VOC id without its files, a shard record without its image or mask member),
+        and those the loaders met so far (unreadable files or members, sizes that differ,
+        class values out of range)."""
         if self.skip_channel is not None:
             self.skip_channel.receive(self._skipped)
         return self._skipped
