@@ -278,6 +278,17 @@ def check_segmentation(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert set(val["mask"].unique().tolist()) <= {0, 1, 2}
 
 
+def check_segmentation_shards(run: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner("segmentation")()  # the folders it writes are this block's source
+    namespace = run()
+    dm, batch = namespace["dm"], namespace["batch"]
+    assert [Path(p).name for p in namespace["paths"]] == [f"train-00000{k}.tar" for k in range(3)]
+    assert (dm.split_size("train"), dm.split_size("val")) == (8, 2)
+    assert batch["image"].shape == (2, 3, 48, 64) and batch["mask"].shape == (2, 48, 64)
+    assert set(batch["mask"].unique().tolist()) <= {0, 1, 2}
+
+
 def write_tones(root: Path) -> None:
     """Twelve short .wav tones named ``{low,high}-N.wav`` (for the tone-folder block)."""
     import numpy as np
@@ -324,6 +335,7 @@ CHECKS: dict[str, Callable[[Runner, Path, pytest.MonkeyPatch], None]] = {
     "red-squares": check_red_squares,
     "detection-shards": check_detection_shards,
     "segmentation": check_segmentation,
+    "segmentation-shards": check_segmentation_shards,
     "tone-folder": check_tone_folder,
 }
 

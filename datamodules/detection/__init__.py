@@ -15,6 +15,10 @@
 * :mod:`~datamodules.detection.batches`: decoded images, targets, joint transforms;
 * :mod:`~datamodules.detection.datamodule`: the DataModule that composes them;
 * :mod:`~datamodules.detection.segmentation_index`: image / mask pairs from folders or VOC;
+* :mod:`~datamodules.detection.segmentation_shards`: image / mask pairs from tar / Parquet
+  shards (member references; the shared part is :mod:`datamodules.shards.member_shards`);
+* :mod:`~datamodules.detection.segmentation_writer`: :func:`write_segmentation_shards`, folder
+  pairs or a VOC root into such shards;
 * :mod:`~datamodules.detection.segmentation_batches`: masks read, checked, transformed, padded;
 * :mod:`~datamodules.detection.segmentation`: ``SegmentationDataModule``, composing those,
   core's samplers and detection's exact evaluation sampler.
@@ -24,13 +28,19 @@ from __future__ import annotations
 
 from datamodules.core.lazy import lazy_exports
 
-__all__ = ["DetectionDataModule", "SegmentationDataModule", "write_detection_shards"]
+__all__ = [
+    "DetectionDataModule",
+    "SegmentationDataModule",
+    "write_detection_shards",
+    "write_segmentation_shards",
+]
 
 #: Where each public name is defined (loaded on first use: the parsers stay light to import).
 _HOMES = {
     "DetectionDataModule": "datamodules.detection.datamodule",
     "SegmentationDataModule": "datamodules.detection.segmentation",
     "write_detection_shards": "datamodules.detection.writer",
+    "write_segmentation_shards": "datamodules.detection.segmentation_writer",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)

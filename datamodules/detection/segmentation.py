@@ -1,7 +1,10 @@
-"""SegmentationDataModule: semantic segmentation from image / mask folders or a Pascal VOC root.
+"""SegmentationDataModule: semantic segmentation from image / mask folders, a Pascal VOC root,
+or tar / Parquet shards of an image and a mask per record.
 
 The parts: the pairs of each split are found once at setup
-(:mod:`~datamodules.detection.segmentation_index`, file names only); the batch view
+(:mod:`~datamodules.detection.segmentation_index`, file names only;
+:mod:`~datamodules.detection.segmentation_shards`, member references into shards); the batch
+view
 (:mod:`~datamodules.detection.segmentation_batches`) decodes images with the image kinds'
 decoder and masks as class indices, checks them, applies a joint transforms.v2 pipeline and
 pads; the train sampler, splits, DDP shares and resume are core's, evaluation gives every image
@@ -19,7 +22,14 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from datamodules.core.base import BaseDataModule
-from datamodules.core.checks import check_bool, check_choice, check_int, check_on_error, rejected
+from datamodules.core.checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_on_error,
+    check_string,
+    rejected,
+)
 from datamodules.core.hardware import AUTO
 from datamodules.core.keywords import shared_arguments
 from datamodules.core.samplers import IndexBatchSampler
@@ -31,10 +41,15 @@ from datamodules.detection.segmentation_batches import BATCH_KEYS, SegmentationB
 from datamodules.detection.segmentation_index import (
     SegmentationIndex,
     check_split_spec,
+    is_shard_split,
     load_pairs,
 )
+from datamodules.detection.segmentation_shards import IMAGE_KEY, MASK_KEY, load_shard_pairs
 from datamodules.imaging.normalize import to_float
 from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
+from datamodules.remote.random_access import RandomAccessFiles
+from datamodules.stream_parts.arguments import remote_options
 
 __all__ = ["SegmentationDataModule", "default_segmentation_transforms"]
 
@@ -79,19 +94,25 @@ def _crop_size(value: Any) -> tuple[int, int] | None:
 
 
 class SegmentationDataModule(BaseDataModule):
-    """Semantic segmentation batches: ``SegmentationDataModule(("images/", "masks/"))`` or
-    ``SegmentationDataModule("VOCdevkit/VOC2012", crop_size=480, num_classes=21)``.
+    """Semantic segmentation batches: ``SegmentationDataModule(("images/", "masks/"))``,
+    ``SegmentationDataModule("VOCdevkit/VOC2012", crop_size=480, num_classes=21)`` or
+    ``SegmentationDataModule("s3://bucket/seg/train-{000000..000099}.tar")``.
 
     Subclass for a dataset of your own by overriding :meth:`load_pairs` (return a
     :class:`~datamodules.detection.segmentation_index.SegmentationIndex` per split).
 
     Args:
         train: The train split: a pair ``(image_folder, mask_folder)`` matched by file stem
-            (``a/b.jpg`` with ``a/b.png``), or a Pascal VOC root
+            (``a/b.jpg`` with ``a/b.png``), a Pascal VOC root
             (``ImageSets/Segmentation/train.txt``, ``JPEGImages/``, ``SegmentationClass/``;
-            its ``val.txt`` and ``test.txt`` are the other splits unless given) or split file.
-        val: The validation split in either form; None: the VOC root's ``val.txt``, else
-            ``val_split`` of train.
+            its ``val.txt`` and ``test.txt`` are the other splits unless given) or split file,
+            or tar / Parquet shards whose records hold an image and a mask member (tar:
+            ``KEY.jpg`` + ``KEY.mask.png``; Parquet: ``image`` and ``mask`` columns of bytes or
+            ``{"bytes", "path"}``): a path or ``http(s)://`` / ``s3://`` URL, a glob or brace
+            pattern ``train-{000000..000003}.tar``, a folder, a ``*.index.json`` or a list
+            (the schema: :mod:`~datamodules.detection.segmentation_shards`).
+        val: The validation split in any of those forms; None: the VOC root's ``val.txt``,
+            else ``val_split`` of train.
         test: The test split, likewise (``test_split`` of train when none is found).
         num_classes: The classes a mask may hold, ``0 .. num_classes - 1``; a value at or
             above it (other than ``ignore_index``) is a bad sample, named with its mask file.
@@ -114,7 +135,19 @@ class SegmentationDataModule(BaseDataModule):
             and std (what torchvision's segmentation models and transformers' processors expect).
         on_error: ``"raise"`` or ``"skip"`` bad samples (counted in :attr:`skipped`): a stem
             on one side only, a missing or undecodable file, an image and mask of different
-            sizes, a class value out of range.
+            sizes, a class value out of range; of shards, a record without an image or mask
+            member, or with a lossy mask (named with shard and key).
+        image_key: Shards: the image member (tar extension, Parquet column), or alternatives
+            tried in order, ``"jpg;png"``.
+        mask_key: Shards: the mask member, or alternatives tried in order (default
+            ``"mask.png;mask;seg.png"``: ``KEY.mask.png`` in a tar, a ``mask`` column).
+        storage_options: Passed to fsspec for remote shards (``http(s)://``, ``s3://``...;
+            credentials are not saved in checkpoints).
+        retries: Retries of a transient remote failure, with exponential backoff.
+        timeout: Seconds a remote request may go without producing a byte.
+        cache_dir: Keep remote shards in this directory (downloaded once, shared by processes
+            of the machine); None: each member is read by a range request.
+        cache_limit: Bytes (or a string such as ``"50GB"``) the cache may hold (LRU).
     """
 
     work = "decode"
@@ -134,6 +167,13 @@ class SegmentationDataModule(BaseDataModule):
         eval_transforms: Callable[..., Any] | None = None,
         normalize: bool = True,
         on_error: str = "raise",
+        image_key: str = IMAGE_KEY,
+        mask_key: str = MASK_KEY,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        timeout: float = 60.0,
+        cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
         batch_size: int = 32,
         val_split: int | float = 0.1,
         test_split: int | float = 0.0,
@@ -155,8 +195,8 @@ class SegmentationDataModule(BaseDataModule):
         overridden = type(self).load_pairs is not SegmentationDataModule.load_pairs
         if self.train is None and not overridden:
             raise ValueError(
-                "SegmentationDataModule needs train= (a pair (image_folder, mask_folder) or a "
-                "Pascal VOC root), or a subclass overriding load_pairs()."
+                "SegmentationDataModule needs train= (a pair (image_folder, mask_folder), a "
+                "Pascal VOC root or shards), or a subclass overriding load_pairs()."
             )
         check_int(num_classes, "num_classes", 1, allow_none=True)
         check_int(ignore_index, "ignore_index")
@@ -175,6 +215,17 @@ class SegmentationDataModule(BaseDataModule):
         self.indexes: dict[str, SegmentationIndex] = {}
         self.skip_channel: SkipChannel | None = None  # from the workers, with on_error="skip"
         self._skipped = Skipped()
+        for name, value in (("image_key", image_key), ("mask_key", mask_key)):
+            check_string(value, name, "member names such as 'jpg' or 'mask.png;mask'")
+        self.image_key = tuple(k for k in image_key.split(";") if k)
+        self.mask_key = tuple(k for k in mask_key.split(";") if k)
+        storage_options = restored_storage_options(storage_options)
+        remote, limit = remote_options(
+            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        )
+        save_without_credentials(self, storage_options)
+        #: Reads shards, local or remote (the remote options of streams).
+        self.files = RandomAccessFiles(remote, cache_dir, limit)
 
     # ------------------------------------------------------------------ extension point
     def load_pairs(self, split: str) -> SegmentationIndex | None:
@@ -189,6 +240,11 @@ class SegmentationDataModule(BaseDataModule):
         spec = given if given is not None else self.train
         if spec is None:
             return None
+        if is_shard_split(spec):
+            return None if given is None else load_shard_pairs(
+                spec, split, image_key=self.image_key, mask_key=self.mask_key,
+                on_error=self.on_error, files=self.files,
+            )  # fmt: skip
         return load_pairs(spec, split, self.on_error, implicit=given is None)
 
     # ------------------------------------------------------------------ setup
@@ -225,7 +281,7 @@ class SegmentationDataModule(BaseDataModule):
         return SegmentationBatchView(
             dataset, indices, self.transform_for(split), ignore_index=self.ignore_index,
             num_classes=self.num_classes, keys=BATCH_KEYS[self.batch_format],
-            on_error=self.on_error, skips=self.skip_channel,
+            on_error=self.on_error, skips=self.skip_channel, files=self.files,
         )  # fmt: skip
 
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
@@ -249,8 +305,9 @@ class SegmentationDataModule(BaseDataModule):
     @property
     def skipped(self) -> Skipped:
         """Samples left out under ``on_error="skip"``: at setup (a stem on one side only, a
-        listed VOC id without its files), and those the loaders met so far (unreadable files,
-        sizes that differ, class values out of range)."""
+        listed VOC id without its files, a shard record without its image or mask member),
+        and those the loaders met so far (unreadable files or members, sizes that differ,
+        class values out of range)."""
         if self.skip_channel is not None:
             self.skip_channel.receive(self._skipped)
         return self._skipped

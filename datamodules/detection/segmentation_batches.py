@@ -1,11 +1,14 @@
 """Segmentation batches: image and class mask decoded, checked, transformed together, padded.
 
-* :func:`read_mask`: a class mask file to an ``(H, W)`` tensor of class indices: palette PNGs
+* :func:`read_mask`: a class mask (a file, or a shard member's bytes) to an ``(H, W)``
+  tensor of class indices (a lossy JPEG / WebP mask is refused): palette PNGs
   (PIL mode ``"P"``, as Pascal VOC's) give their palette indices, grayscale ones their values,
   16- and 32-bit ones theirs; colour masks are refused (map colours to classes first).
 * :class:`SegmentationBatchView`: a split of a
   :class:`~datamodules.detection.segmentation_index.SegmentationIndex`, a batch a call: each
-  image decodes through the image kinds' decoder, its mask through :func:`read_mask`; sizes
+  image decodes through the image kinds' decoder, its mask through :func:`read_mask` (from an
+  index of shards, both from the bytes of their members, read through
+  :class:`~datamodules.shards.member_shards.MemberBytes`); sizes
   and (with ``num_classes``) values are checked, then a torchvision.transforms.v2 transform
   gets ``(tv_tensors.Image, tv_tensors.Mask)``, which v2 never interpolates (masks resize
   with nearest neighbours whatever the transform's interpolation).
@@ -20,6 +23,7 @@ reported as repeated).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +35,12 @@ from datamodules.core.skipped import SkipChannel
 from datamodules.core.views import SplitView
 from datamodules.detection.problems import AnnotationError
 from datamodules.detection.segmentation_index import SegmentationIndex
-from datamodules.imaging.decoding import ImageDecodeError, decode_image
+from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
 from datamodules.imaging.decoding import preload as preload_decoders
+from datamodules.remote.random_access import RandomAccessFiles
+from datamodules.remote.retrying import RemoteError
+from datamodules.shards.member_records import MemberRef
+from datamodules.shards.member_shards import MemberBytes
 
 __all__ = ["BATCH_KEYS", "SegmentationBatchView", "pad_samples", "read_mask"]
 
@@ -40,34 +48,59 @@ __all__ = ["BATCH_KEYS", "SegmentationBatchView", "pad_samples", "read_mask"]
 #: processors (``SegformerImageProcessor`` & co.) name them ``pixel_values`` and ``labels``.
 BATCH_KEYS = {"torchvision": ("image", "mask"), "hf": ("pixel_values", "labels")}
 
+#: PIL formats refused for a mask: compression changes class values at edges.
+LOSSY_FORMATS = ("JPEG", "WEBP", "MPO")
 #: PIL modes of a class mask: one channel of indices or values.
 MASK_MODES = ("P", "L", "1", "I;16", "I;16B", "I;16L", "I")
 
 
-def read_mask(path: str, wide: bool = False) -> torch.Tensor:
-    """The class indices of a mask file, ``(H, W)`` (``uint8``, or ``int32`` for 16- and
-    32-bit masks or with ``wide``, to hold an ``ignore_index`` outside 0..255).
+def read_mask(source: str | bytes, wide: bool = False, *, name: str | None = None) -> torch.Tensor:
+    """The class indices of a mask, ``(H, W)`` (``uint8``, or ``int32`` for 16- and 32-bit
+    masks or with ``wide``, to hold an ``ignore_index`` outside 0..255).
+
+    Args:
+        source: The mask's file, or its encoded bytes (a shard's member).
+        wide: Give ``int32`` whatever the mask's depth.
+        name: What errors call the mask (default: its file; ``"<bytes>"`` for bytes).
 
     Raises:
-        ImageDecodeError: The file cannot be read or decoded, naming it.
-        AnnotationError: It is not a one-channel mask, naming it and its mode.
+        ImageDecodeError: The file or bytes cannot be read or decoded, naming it.
+        AnnotationError: It is not a one-channel mask, or is in a lossy format (JPEG,
+            WebP), naming it and its mode or format.
     """
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
+    if name is None:
+        name = source if isinstance(source, str) else "<bytes>"
     try:
-        with Image.open(path) as img:
-            mode = img.mode
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            if not len(source):
+                raise ValueError("empty (0 bytes)")
+            opened = Image.open(io.BytesIO(source))
+        else:
+            opened = Image.open(source)
+        with opened as img:
+            mode, fmt = img.mode, img.format
+            if fmt in LOSSY_FORMATS:
+                raise AnnotationError(
+                    f"{name}: a mask in a lossy format ({fmt}: JPEG/WebP changes class "
+                    "values): use PNG"
+                )
             if mode not in MASK_MODES:
                 raise AnnotationError(
-                    f"{path}: a mask of PIL mode {mode!r}: a class mask has one channel of "
+                    f"{name}: a mask of PIL mode {mode!r}: a class mask has one channel of "
                     f"class indices (modes {', '.join(MASK_MODES)}); map colours to classes first"
                 )
             values = np.array(img)
     except AnnotationError:
         raise
     except (OSError, ValueError, SyntaxError) as error:
-        reason = "no such file" if isinstance(error, FileNotFoundError) else str(error)
-        raise ImageDecodeError.for_file(path, reason) from error
+        reason = str(error)
+        if isinstance(error, FileNotFoundError):
+            reason = "no such file"
+        elif isinstance(error, UnidentifiedImageError):
+            reason = "not an image in a format PIL knows (or a damaged one)"
+        raise ImageDecodeError.for_file(name, reason) from error
     values = values.astype(np.uint8) if values.dtype == bool else values
     if values.dtype != np.uint8 or wide:
         values = values.astype(np.int32)
@@ -105,6 +138,7 @@ class SegmentationBatchView(SplitView):
         keys: The batch's image and mask keys (:data:`BATCH_KEYS`).
         on_error: ``"raise"`` or ``"skip"`` bad samples (sent through ``skips``).
         skips: Where skipped samples go, for the main process's ``dm.skipped``.
+        files: How the members of an index built from shards are read (None: defaults).
     """
 
     def __init__(
@@ -118,6 +152,7 @@ class SegmentationBatchView(SplitView):
         keys: tuple[str, str] = BATCH_KEYS["torchvision"],
         on_error: str = "raise",
         skips: SkipChannel | None = None,
+        files: RandomAccessFiles | None = None,
     ) -> None:
         super().__init__(indices, transform)
         self.index = index
@@ -127,6 +162,8 @@ class SegmentationBatchView(SplitView):
         self.on_error = on_error
         self.skips = skips
         self.wide = not 0 <= ignore_index <= 255
+        #: Reads image and mask members (an index from shards), else None (files).
+        self.members = MemberBytes(files) if index.from_shards else None
 
     def preload(self) -> None:
         """Imports the image decoders (before the loader forks its workers)."""
@@ -145,12 +182,33 @@ class SegmentationBatchView(SplitView):
                 + (f"; all such values: {bad}" if len(bad) > 1 else "")
             )
 
+    def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor, str, str]:
+        """Sample ``i``'s image and mask decoded, and how messages name each."""
+        if self.members is None:
+            image_path, mask_path = self.index.image_path(i), self.index.mask_path(i)
+            return decode_image(image_path), read_mask(mask_path, self.wide), image_path, mask_path
+        image_data, image_name = self._member(self.index.image_path(i))
+        mask_data, mask_name = self._member(self.index.mask_path(i))
+        image = decode_image_bytes(image_data, name=image_name)
+        return image, read_mask(mask_data, self.wide, name=mask_name), image_name, mask_name
+
+    def _member(self, ref: str) -> tuple[bytes, str]:
+        """A member's bytes from its shard; a member that cannot be read (a null Parquet
+        cell, a local shard gone) is a bad sample, a remote failure is not."""
+        assert self.members is not None
+        try:
+            return self.members(ref, self.index.versions)
+        except RemoteError:
+            raise
+        except OSError as error:
+            where = MemberRef.decode(ref).where
+            reason = str(error).removeprefix(f"{where}: ")
+            raise ImageDecodeError(str(error), path=where, reason=reason) from error
+
     def sample(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``i`` of the index: its ``uint8`` image ``(3, H, W)`` and its mask
         ``(H, W)``, checked and transformed."""
-        image_path, mask_path = self.index.image_path(i), self.index.mask_path(i)
-        image = decode_image(image_path)
-        mask = read_mask(mask_path, self.wide)
+        image, mask, image_path, mask_path = self._read(i)
         if tuple(image.shape[-2:]) != tuple(mask.shape):
             raise AnnotationError(
                 f"{mask_path}: the mask is {mask.shape[0]}x{mask.shape[1]} (HxW) but its image "
@@ -178,7 +236,10 @@ class SegmentationBatchView(SplitView):
             if self.skips is not None and not quiet:
                 where = getattr(error, "path", None) or str(error).split(": ")[0]
                 why = getattr(error, "reason", None) or str(error).partition(": ")[2]
-                self.skips.send(where, None, why)
+                place = None
+                if self.members is not None:  # "shard: key 'k' (.png)": counted by shard
+                    where, _, place = where.partition(": ")
+                self.skips.send(where, place or None, why)
             return None
 
     def __getitem__(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -199,8 +260,9 @@ class SegmentationBatchView(SplitView):
             found = self._try(row, quiet=True)
             if found is not None:
                 if self.skips is not None:
-                    self.skips.send(
-                        self.index.image_path(row), None, "repeated to fill an all-bad batch"
-                    )
+                    file, place = self.index.image_path(row), None
+                    if self.members is not None:
+                        file, _, place = self.index.image_name(row).partition(": ")
+                    self.skips.send(file, place, "repeated to fill an all-bad batch")
                 return found
         raise AnnotationError("on_error='skip' found no good sample in this split at all")

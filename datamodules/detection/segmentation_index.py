@@ -16,9 +16,9 @@ Problems raise :class:`~datamodules.detection.problems.AnnotationError` or, unde
 ``on_error="skip"``, leave the sample out and are listed in the index's ``skipped``. Only
 file names are read here: pixels, sizes and mask values are checked when a batch reads them.
 
-Shards (tar / Parquet records holding an image and a mask member) are not read yet: a shard
-spec is refused by :func:`load_pairs`, which is where a shard reader will plug in (giving an
-index of the same interface: ``len``, ``image_path(i)`` / ``mask_path(i)`` or bytes).
+Shards (tar / Parquet records holding an image and a mask member) give an index of the same
+interface whose paths are member references (:mod:`~datamodules.detection.segmentation_shards`
+reads them; :func:`is_shard_split` tells their specs from the others).
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ import numpy as np
 from datamodules.core.checks import rejected
 from datamodules.detection.problems import AnnotationError, Problems
 from datamodules.imaging.decoding import DECODABLE
+from datamodules.shards.member_records import MemberRef
+from datamodules.shards.member_shards import is_member_spec
 
 __all__ = [
     "MASK_EXTENSIONS",
     "SegmentationIndex",
     "check_split_spec",
+    "is_shard_split",
     "is_voc_segmentation",
     "load_pairs",
     "pair_folders",
@@ -47,22 +50,29 @@ __all__ = [
 MASK_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff", ".pgm", ".gif")
 #: Lossy formats refused for masks: compression changes class values at edges.
 LOSSY = (".jpg", ".jpeg", ".webp")
-#: Shard formats, refused until a shard reader is added (see the module docstring).
-SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".parquet", ".index.json")
+#: Sub-folders of a VOC root: a folder holding one is not a folder of shards.
+LAYOUTS = ("ImageSets", "SegmentationClass", "JPEGImages")
 
-ACCEPTED = "a pair (image_folder, mask_folder) or a Pascal VOC root (or its split .txt file)"
+ACCEPTED = (
+    "a pair (image_folder, mask_folder), a Pascal VOC root (or its split .txt file), or tar / "
+    "Parquet shards (a path, URL, glob or brace pattern, folder, *.index.json or list)"
+)
 
-Spec = str | tuple[str, str]
+#: A folder pair (a tuple), shards (a list, or a string naming them) or a VOC root / file.
+Spec = str | tuple[str, str] | list[str]
 
 
 class SegmentationIndex:
-    """The samples of a split: an image path and a mask path each.
+    """The samples of a split: an image and a mask each, as file paths or (from shards) as
+    :meth:`~datamodules.shards.member_records.MemberRef.encode` strings.
 
     Args:
-        images: Image paths.
-        masks: Mask paths, one per image.
+        images: Image paths (or member references).
+        masks: Mask paths (or member references), one per image.
         source: What the pairs were read from (for summaries).
         skipped: ``(where, why)`` of the samples left out under ``on_error="skip"``.
+        versions: From shards: ``{shard: (version, size)}`` of the remote ones, as indexed
+            (an empty dict for local shards); None: the paths are files.
     """
 
     def __init__(
@@ -71,6 +81,7 @@ class SegmentationIndex:
         masks: Sequence[str],
         source: str,
         skipped: list[tuple[str, str]] | None = None,
+        versions: dict[str, tuple[str | None, int | None]] | None = None,
     ) -> None:
         if len(images) != len(masks):
             raise ValueError(f"{len(images)} images but {len(masks)} masks")
@@ -78,20 +89,37 @@ class SegmentationIndex:
         self.masks = np.asarray(list(masks), dtype=str)
         self.source = source
         self.skipped = list(skipped or [])
+        self.versions = versions
 
     def __len__(self) -> int:
         return len(self.images)
 
+    @property
+    def from_shards(self) -> bool:
+        """Whether the paths are member references into shards."""
+        return self.versions is not None
+
     def image_path(self, i: int) -> str:
-        """The image file of sample ``i``."""
+        """The image file of sample ``i`` (its member reference, from shards)."""
         return str(self.images[i])
 
     def mask_path(self, i: int) -> str:
-        """The mask file of sample ``i``."""
+        """The mask file of sample ``i`` (its member reference, from shards)."""
         return str(self.masks[i])
+
+    def image_name(self, i: int) -> str:
+        """How messages name image ``i``: its file, or ``"shard.tar: key 'k' (.jpg)"``."""
+        path = self.image_path(i)
+        return MemberRef.decode(path).where if self.from_shards else path
 
     def __repr__(self) -> str:
         return f"SegmentationIndex({len(self)} pairs from {self.source})"
+
+
+def is_shard_split(spec: Spec) -> bool:
+    """Whether a spec :func:`check_split_spec` gave names shards (a list, or a path, URL or
+    pattern of shards; a folder of shards that is no VOC root)."""
+    return isinstance(spec, list) or (isinstance(spec, str) and is_member_spec(spec, LAYOUTS))
 
 
 def is_voc_segmentation(path: str) -> bool:
@@ -100,25 +128,27 @@ def is_voc_segmentation(path: str) -> bool:
 
 
 def check_split_spec(value: Any, name: str) -> Spec | None:
-    """``value`` as a split spec (a pair of folder strings, or a path string), or None.
+    """``value`` as a split spec, or None: a tuple of two folders, a list of shards (a list or
+    tuple of which an entry names shards), or a path string (a VOC root or split file, or
+    shards).
 
     Raises:
         TypeError: Anything else, naming ``name``.
-        ValueError: A shard spec (not read yet).
     """
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):
-        spec = os.fspath(value)
-        if spec.endswith(SHARD_SUFFIXES) or "*" in spec or "://" in spec:
-            raise rejected(name, spec, f"{ACCEPTED}: shards and remote files are not read yet")
-        return spec
+        return os.fspath(value)
     if (
         isinstance(value, (tuple, list))
-        and len(value) == 2
+        and value
         and all(isinstance(v, (str, os.PathLike)) for v in value)
     ):
-        return os.fspath(value[0]), os.fspath(value[1])
+        items = [os.fspath(v) for v in value]
+        if any(is_member_spec(v, LAYOUTS) for v in items):
+            return items  # shards (an entry that names none is refused when they are listed)
+        if len(items) == 2:
+            return items[0], items[1]
     raise rejected(name, value, ACCEPTED, TypeError)
 
 
@@ -209,7 +239,8 @@ def voc_pairs(spec: str, split: str, on_error: str = "raise") -> SegmentationInd
 def load_pairs(
     spec: Spec, split: str, on_error: str = "raise", *, implicit: bool = False
 ) -> SegmentationIndex | None:
-    """The index of ``split`` from a spec :func:`check_split_spec` accepted.
+    """The index of ``split`` from a spec :func:`check_split_spec` accepted, other than
+    shards (:func:`~datamodules.detection.segmentation_shards.load_shard_pairs` reads those).
 
     Args:
         spec: A folder pair, a VOC root or a VOC split file.

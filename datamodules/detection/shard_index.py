@@ -38,61 +38,35 @@ from datamodules.detection.index import BESIDE
 from datamodules.detection.problems import AnnotationError, Problems
 from datamodules.imaging.decoding import decode_image, decode_image_bytes
 from datamodules.remote.files import is_remote
-from datamodules.remote.listing import cache_root, expand_files, file_version
+from datamodules.remote.listing import cache_root, file_version
 from datamodules.remote.random_access import RandomAccessFiles, version_text
-from datamodules.shards.dataset_index import parse_dataset_index
 from datamodules.shards.errors import ShardError
 from datamodules.shards.member_records import (
     MemberReader,
     MemberRecord,
-    MemberRef,
-    is_member_shard,
     scan_members,
 )
+from datamodules.shards.member_shards import MemberBytes, is_member_spec, member_shard_files
 
 __all__ = ["IMAGE_KEY", "ShardImages", "is_shard_spec", "load_shard_index", "shard_files"]
 
 #: The image members tried in order, by default.
 IMAGE_KEY = "jpg;jpeg;png;webp;bmp;tif;tiff;image"
-#: What a split is told when it names no shard.
-ACCEPTED = "tar or Parquet shards (paths, URLs, globs, brace patterns, a folder or a list)"
+#: Sub-folders of a YOLO or VOC dataset: a folder holding one is not a folder of shards.
+LAYOUTS = ("Annotations", "labels", "images")
 
 
 def is_shard_spec(spec: Any) -> bool:
     """Whether a split's spec names detection shards: a list, a URL, a brace pattern or glob,
-    a ``.tar`` / ``.parquet`` file, or a folder holding such files and no YOLO or VOC layout."""
-    if isinstance(spec, (list, tuple)):
-        return True
-    text = os.fspath(spec)
-    if text.lower().endswith(".index.json"):
-        return True
-    if is_remote(text) or "{" in text or "*" in text or "?" in text or is_member_shard(text):
-        return True
-    if os.path.isdir(text) and not any(
-        os.path.exists(os.path.join(text, sub)) for sub in ("Annotations", "labels", "images")
-    ):
-        return any(is_member_shard(name) for name in os.listdir(text))
-    return False
-
-
-def _listed(path: str, files: RandomAccessFiles) -> list[str]:
-    """The shards a dataset index (``*.index.json``, webdataset's wids format) lists."""
-    size = files.version(path)[1] if is_remote(path) else os.path.getsize(path)
-    return parse_dataset_index(files.read_range(path, 0, int(size or 0)), path).paths
+    a ``.tar`` / ``.parquet`` file, or a folder holding such files and no YOLO or VOC layout
+    (:func:`~datamodules.shards.member_shards.is_member_spec`)."""
+    return is_member_spec(spec, LAYOUTS)
 
 
 def shard_files(spec: Any, files: RandomAccessFiles) -> list[str]:
     """The shards a split names, in order (folders and globs sorted; a dataset index
     ``*.index.json`` gives the shards it lists)."""
-    given = [os.fspath(s) for s in (spec if isinstance(spec, (list, tuple)) else [spec])]
-    items = []
-    for item in given:
-        items += _listed(item, files) if item.lower().endswith(".index.json") else [item]
-    found = expand_files(items, files.options, known=is_member_shard, what="shard")
-    bad = [path for path in found if not is_member_shard(path)]
-    if bad:
-        raise AnnotationError(f"{bad[0]}: not a detection shard: give {ACCEPTED}")
-    return found
+    return member_shard_files(spec, files, "detection shard", AnnotationError)
 
 
 def _classes_json(first: str, files: RandomAccessFiles) -> list[str] | None:
@@ -320,7 +294,7 @@ class ShardImages:
     """
 
     def __init__(self, files: RandomAccessFiles | None = None) -> None:
-        self.reader = MemberReader(files)
+        self.read = MemberBytes(files)
 
     def __call__(self, index: AnnotationIndex, i: int) -> Any:
         if index.meta.get("images") != "shards":
@@ -330,8 +304,5 @@ class ShardImages:
 
     def data(self, index: AnnotationIndex, i: int) -> tuple[bytes, str]:
         """Image ``i``'s encoded bytes, read from its shard, and how errors name it."""
-        ref = MemberRef.decode(index.image_path(i))
-        if is_remote(ref.shard):  # one request per shard and process; then a dict look-up
-            version, size = index.meta["versions"][ref.shard]
-            self.reader.files.check(ref.shard, (version, size))
-        return self.reader.read(ref), ref.where
+        # A remote shard's version: one request per shard and process; then a dict look-up.
+        return self.read(index.image_path(i), index.meta["versions"])

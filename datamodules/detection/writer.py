@@ -36,7 +36,7 @@ from datamodules.detection.problems import AnnotationError
 from datamodules.imaging.decoding import read_image_file
 from datamodules.shards.writer import write_shards
 
-__all__ = ["write_detection_shards"]
+__all__ = ["image_extension", "write_detection_shards"]
 
 _SIGNATURES = (
     (b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"),
@@ -44,7 +44,8 @@ _SIGNATURES = (
 )  # fmt: skip
 
 
-def _extension(data: bytes | bytearray, path: str) -> str:
+def image_extension(data: bytes | bytearray, path: str) -> str:
+    """The extension of an encoded image, from its signature (else its file's)."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     for signature, ext in _SIGNATURES:
@@ -95,7 +96,7 @@ def _records(
         if category_ids is not None:
             meta["category_id"] = [category_ids[label] for label in labels.tolist()]
         if fmt == "tar":
-            yield {"__key__": key, _extension(data, path): data, "json": meta}
+            yield {"__key__": key, image_extension(data, path): data, "json": meta}
         else:
             yield {"__key__": key, "image": data, "json": json.dumps(meta)}
 

@@ -185,15 +185,18 @@ def _parquet_records(
         names = set(pf.schema_arrow.names)
         columns = [c for c in read if c in names]
         present = [c for c in located if c in names]
-        row = 0
-        for batch in parquet_batches(pf, path, 0, None, columns or None):
-            for values in batch.to_pylist() if columns else [{}] * batch.num_rows:
-                key = f"row {row}"
-                record = MemberRecord(path, key, dict(values))
-                for column in present:
-                    record.located[column] = MemberRef(path, key, column, row, -1)
-                yield record
-                row += 1
+        # Nothing to read (every member located): the rows are counted from the footer.
+        rows = (
+            (values for batch in parquet_batches(pf, path, 0, None, columns)
+             for values in batch.to_pylist())
+            if columns else ({} for _ in range(pf.metadata.num_rows))
+        )  # fmt: skip
+        for row, values in enumerate(rows):
+            key = f"row {row}"
+            record = MemberRecord(path, key, dict(values))
+            for column in present:
+                record.located[column] = MemberRef(path, key, column, row, -1)
+            yield record
 
 
 class MemberReader:

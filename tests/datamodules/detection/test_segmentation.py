@@ -215,7 +215,8 @@ def test_a_trainer_fits_on_every_train_image_and_validates_each_once(tmp_path: P
         ({"normalize": "yes"}, TypeError, "normalize"),
         ({"on_error": "warn"}, ValueError, "on_error"),
         ({"val": ["a"]}, TypeError, "val"),
-        ({"val": "shards/val-000.tar"}, ValueError, "shards"),
+        ({"val": 3}, TypeError, "val"),
+        ({"mask_key": 3}, TypeError, "mask_key"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, kwargs: dict, error: type, match: str) -> None:

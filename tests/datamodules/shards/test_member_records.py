@@ -1,6 +1,7 @@
 """Records read once for their small members, the others located: a tar member's byte range
-holds exactly its bytes (long pax names included), a Parquet cell is reached by row, and what
-cannot be read by range is refused naming the shard."""
+holds exactly its bytes (long pax names included), a Parquet cell is reached by row (rows
+counted from the footer when no column is read), and what cannot be read by range is refused
+naming the shard."""
 
 from __future__ import annotations
 
@@ -66,6 +67,17 @@ def test_parquet_cells_are_located_by_row(tmp_path: Path) -> None:
         assert reader.read(records[i].located["image"]) == bytes([i]) * 5
     with pytest.raises(OSError, match="row 9.*has 7 rows"):
         reader.read(MemberRef(str(path), "row 9", "image", 9, -1))
+
+
+def test_parquet_with_nothing_to_read_is_counted_from_its_footer(tmp_path: Path) -> None:
+    path = tmp_path / "m.parquet"
+    table = pa.table({"image": [bytes([i]) for i in range(5)], "mask": [b"m"] * 5})
+    pq.write_table(table, path, row_group_size=2)
+    records = list(scan_members(str(path), read=[], located=["image", "mask"]))
+    assert [(r.key, r.read, sorted(r.located)) for r in records] == [
+        (f"row {i}", {}, ["image", "mask"]) for i in range(5)
+    ]
+    assert MemberReader().read(records[3].located["image"]) == bytes([3])
 
 
 def test_compressed_tars_and_other_formats_are_refused(tmp_path: Path) -> None:
