@@ -66,7 +66,7 @@ class MixedBudgetSampler(MixedSampler):
         check_int(batch_size, "batch_size", 1, allow_none=True)
         check_int(pool_batches, "pool_batches", 1)
         self.lengths_of, self.max_tokens, self.pool_batches = lengths, max_tokens, pool_batches
-        self._costs: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._costs: OrderedDict[tuple[int, Mixture], np.ndarray] = OrderedDict()
         super().__init__(mixture, batch_size or 1, shuffle, drop_last=False, **kwargs)
         self.batch_size = batch_size  # type: ignore[assignment]  # a cap, or None
         self._key: tuple[Any, ...] | None = None
@@ -83,7 +83,7 @@ class MixedBudgetSampler(MixedSampler):
 
     def costs(self, epoch: int) -> np.ndarray:
         """The lengths of ``epoch``'s units (at least 1), checked against the budget."""
-        key = (epoch, id(self.mixture))
+        key = (epoch, self.mixture)  # the object: a resumed mix never reads stale lengths
         cached = self._costs.get(key)
         if cached is None:
             lengths = np.asarray(self.lengths_of(epoch), dtype=np.int64)
