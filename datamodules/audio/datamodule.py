@@ -91,7 +91,8 @@ class AudioDataModule(BaseDataModule):
             folder (a URL without an extension or ending in ``/`` is one), a folder
             ``Dataset.save_to_disk`` wrote (paths or URLs, globs and brace patterns), or a list
             of them; or a list of
-            :class:`~datamodules.Source` (a mixture, batched by ``batch_size``).
+            :class:`~datamodules.Source` (a mixture, batched by ``batch_size`` or
+            ``max_duration``).
         val: Validation clips (same forms), replacing ``val_split``.
         test: Test clips, replacing ``test_split``.
         sample_rate: Samples per second of every clip after resampling.
@@ -107,7 +108,8 @@ class AudioDataModule(BaseDataModule):
             :mod:`datamodules.audio.features`).
         n_mels: Mel bands of the features (Whisper: 80, or 128 for large-v3).
         max_duration: Seconds of audio per batch, padding counted (dynamic batches, length
-            bucketed); None batches ``batch_size`` clips.
+            bucketed; over a mixture each epoch's clips, its quotas exact); None batches
+            ``batch_size`` clips.
         max_seconds: The longest clip; longer ones follow ``overlong``.
         overlong: ``"drop"``, ``"truncate"`` (a random crop of ``max_seconds`` in training, the
             centre in evaluation) or ``"error"``; counted in :meth:`summary` and warned once.
@@ -208,11 +210,6 @@ class AudioDataModule(BaseDataModule):
         #: The train split's Sources (``train=[Source(...), ...]``): quotas, logs, summary.
         self.mix = ClipMixture(self.train if _sources(self.train) else None, epoch_size)
         self.mix.owner = self
-        if self.mix.sources is not None and max_duration is not None:
-            raise ValueError(
-                f"max_duration={max_duration!r} is not accepted with train Sources: a mixture "
-                "batches batch_size clips; give batch_size= (or one input)."
-            )
         if features != "waveform" and not mono:
             raise ValueError(
                 f"mono=False is not accepted with features={features!r}: give mono=True."
@@ -373,13 +370,14 @@ class AudioDataModule(BaseDataModule):
     def make_sampler(self, split: str, view: SplitView, rank: int, world: int) -> IndexBatchSampler:
         assert isinstance(view, AudioBatchView)
         train = split == "train"
+        by_seconds = self.max_duration is not None
         if isinstance(view, MixedClipView):
             return ClipMixture.sampler(
-                view, self.batch_size, self.shuffle and train, drop_last=self.drop_last and train,
-                seed=self.shuffle_seed, num_replicas=world, rank=rank,
+                view, self.batch_size, self.shuffle and train, self._budget() if by_seconds
+                else None, drop_last=self.drop_last and train, seed=self.shuffle_seed,
+                num_replicas=world, rank=rank,
             )  # fmt: skip
         lengths = torch.from_numpy(view.index.lengths)[view.indices]
-        by_seconds = self.max_duration is not None
         return BucketBatchSampler(
             lengths,
             None if by_seconds else self.batch_size,
@@ -395,8 +393,10 @@ class AudioDataModule(BaseDataModule):
 
     def make_loader(self, split: str) -> Any:
         loader = super().make_loader(split)
-        if self.skip_channel is not None:
-            loader.on_epoch_end = self.report_skipped
+        hooks = [self.report_skipped] if self.skip_channel is not None else []
+        hooks += [h for h in [self.mix.epoch_end(loader)] if h is not None]
+        if hooks:
+            loader.on_epoch_end = hooks[0] if len(hooks) == 1 else lambda: [h() for h in hooks]
         return loader
 
     def report_skipped(self) -> None:

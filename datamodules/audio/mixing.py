@@ -13,8 +13,12 @@ is for audio, one clip, and lays each epoch's clips out:
   run of passes (each pass a permutation of the source's train clips, seeded by its name);
 * validation and test Sources are read once each, joined, never weighted.
 
-Duration batches (``max_duration``) over a mixture are not offered: the mixed sampler batches
-``batch_size`` clips.
+Duration batches (``max_duration``) work over a mixture as over one input: each epoch's clips
+are cut by :class:`~datamodules.tokens.mixed_budget.MixedBudgetSampler` into length-bucketed
+batches of at most ``max_duration`` seconds of audio, padding counted (the budget in samples,
+the lengths of the epoch's clips from :meth:`MixedClipView.unit_lengths`), DDP-even, exact and
+elastic resume; an epoch's batch count follows its clips, so the Trainer measures the next
+epoch's length anew when it changes (:class:`~datamodules.tokens.mixed_budget.MeasureNextEpoch`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from datamodules.audio.clips import ClipIndex
 from datamodules.core.mix_logging import MixLog
 from datamodules.core.mixture import MixEntry, Mixture, Source, schedule_lines
 from datamodules.tokens.blends import check_blend
+from datamodules.tokens.mixed_budget import MeasureNextEpoch, MixedBudgetSampler
 from datamodules.tokens.mixture import EPOCH_SHIFT, UNIT_MASK, BlendUnits, MixedSampler, mixed_units
 
 __all__ = ["ClipMixture", "MixedClipView", "check_split_input", "join"]
@@ -146,6 +151,10 @@ class MixedClipView(AudioBatchView):
                 self._epochs.popitem(last=False)
         return self._epochs[epoch]
 
+    def unit_lengths(self, epoch: int) -> np.ndarray:
+        """The samples of each of ``epoch``'s clips, in unit order (what a budget counts)."""
+        return self.index.lengths[self.indices.numpy()[self.layout(epoch)]]
+
     def rows(self, batch: torch.Tensor) -> torch.Tensor:
         ids = batch.tolist()
         if not ids:
@@ -195,6 +204,13 @@ class ClipMixture:
         if mixture is None:
             raise ValueError(f"the {split} split is not a mixture of Sources: it has no quotas.")
         return mixture.by_name(epoch)
+
+    def epoch_end(self, loader: Any) -> Callable[[], None] | None:
+        """What the train ``loader`` runs at each epoch's last batch: a Trainer measures
+        the next epoch of duration batches anew where its length changes; else None."""
+        if not isinstance(loader.sampler, MixedBudgetSampler):
+            return None
+        return MeasureNextEpoch(loader.find_trainer, loader.sampler)
 
     def log(self) -> None:
         """Logs the Trainer's epoch's quotas as ``mix/<name>`` at its first train batch."""
@@ -246,10 +262,21 @@ class ClipMixture:
         )
 
     @staticmethod
-    def sampler(view: MixedClipView, batch_size: int, shuffle: bool, **kwargs: Any) -> MixedSampler:
-        """The mixed view's batches for one rank (``kwargs``: ``drop_last``, ``seed``,
+    def sampler(
+        view: MixedClipView,
+        batch_size: int,
+        shuffle: bool,
+        budget: int | None = None,
+        **kwargs: Any,
+    ) -> MixedSampler:
+        """The mixed view's batches for one rank: ``batch_size`` clips, or at most ``budget``
+        samples of audio, padding counted (``kwargs``: ``drop_last``, ``seed``,
         ``num_replicas``, ``rank``)."""
-        sampler = MixedSampler(view.mixture, batch_size, shuffle, **kwargs)
+        if budget is None:
+            sampler = MixedSampler(view.mixture, batch_size, shuffle, **kwargs)
+        else:
+            kwargs.pop("drop_last", None)  # refused with max_duration by the DataModule
+            sampler = MixedBudgetSampler(view.mixture, view.unit_lengths, budget, shuffle, **kwargs)
         sampler.unit = "clip"
 
         def refuse(saved: dict[str, Any], interrupted: bool) -> Mixture:

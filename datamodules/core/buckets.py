@@ -4,15 +4,16 @@ The length-aware sampler of :class:`~datamodules.TextDataModule` (and of any Dat
 samples have lengths). It subclasses :class:`~datamodules.core.samplers.IndexBatchSampler`, so
 it keeps that sampler's guarantees: Lightning leaves it alone under DDP, every rank gets a
 disjoint share and the same number of batches, and a mid-epoch position resumes exactly.
-Helpers: :func:`pack_by_tokens` (greedy batches under a token budget) and
-:func:`split_into_pieces` (more batches from fewer, largest pieces first).
+Each epoch's batches come from :class:`~datamodules.core.length_plan.LengthPlan` (shared with
+the duration batches of mixtures); :func:`pack_by_tokens` (greedy batches under a token budget)
+lives there, :func:`split_into_pieces` (more batches from fewer, largest pieces first) in
+:mod:`datamodules.core.elastic`.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import itertools
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 
 from datamodules.core.checks import check_bool, check_choice, check_int
 from datamodules.core.elastic import Segment, split_into_pieces
+from datamodules.core.length_plan import LengthPlan, pack_by_tokens
 from datamodules.core.samplers import IndexBatchSampler
 
 __all__ = ["BATCH_BY", "BucketBatchSampler", "pack_by_tokens"]
@@ -52,35 +54,6 @@ def _as_lengths(lengths: Any) -> torch.Tensor:
         position = int(torch.argmin(tensor))
         raise ValueError(f"lengths[{position}]={int(tensor[position])} is negative.")
     return tensor
-
-
-def pack_by_tokens(costs: np.ndarray, max_tokens: int, max_size: int | None = None) -> list[int]:
-    """Cuts a sequence of sample costs greedily into consecutive batches under a token budget.
-
-    A batch ``[i, j)`` is closed before the sample that would make ``size x longest`` exceed
-    ``max_tokens`` (or the size exceed ``max_size``). On a length-sorted sequence this gives the
-    fewest batches any grouping of these samples can have.
-
-    Args:
-        costs: Effective length of each sample, in order (every value in ``[1, max_tokens]``).
-        max_tokens: The budget for ``batch size x longest effective length``.
-        max_size: Largest batch, or None for no limit besides the budget.
-
-    Returns:
-        The batch sizes, in order, summing to ``len(costs)``.
-    """
-    sizes: list[int] = []
-    i, n = 0, len(costs)
-    while i < n:
-        window = max_tokens // int(costs[i])
-        if max_size is not None:
-            window = min(window, max_size)
-        part = costs[i : i + window]
-        cost = np.maximum.accumulate(part) * np.arange(1, len(part) + 1)
-        size = max(1, int(np.searchsorted(cost, max_tokens, side="right")))
-        sizes.append(size)
-        i += size
-    return sizes
 
 
 class BucketBatchSampler(IndexBatchSampler):
@@ -292,70 +265,23 @@ class BucketBatchSampler(IndexBatchSampler):
         first = self._total - self._padded_total
         return sum(1 for j in range(first, self._total) if j % self.num_replicas == self.rank)
 
-    def _pool_bounds(self, n: int, pool_samples: int, align: int) -> list[int]:
-        """Near-equal pool boundaries over ``n`` samples, each pool a multiple of ``align``."""
-        units = math.ceil(n / align)
-        pools = max(1, math.ceil(units / max(1, pool_samples // align)))
-        per, extra = divmod(units, pools)
-        bounds, start = [0], 0
-        for p in range(pools):
-            start += (per + (p < extra)) * align
-            bounds.append(min(start, n))
-        return bounds
+    def plan(self) -> LengthPlan:
+        """How each epoch's items become batches, for this layout's batch size and budget."""
+        return LengthPlan(
+            self.batch_by, self.batch_size, self.max_tokens, self.bucket, self.pool_batches,
+            self.shuffle, self.drop_last,
+        )  # fmt: skip
 
     def _pool_samples(self) -> int:
-        if self.batch_by == "samples":
-            return self.pool_batches * self.batch_size
-        mean = float(self._costs.mean()) if len(self._costs) else 1.0
-        expected = max(1, int(self.max_tokens // math.ceil(mean)))
-        if self.batch_size is not None:
-            expected = min(expected, self.batch_size)
-        return self.pool_batches * expected
-
-    def _batches_of(self, order: torch.Tensor, bounds: list[int]) -> list[torch.Tensor]:
-        """Cuts an ordered index tensor into batches, never across a pool boundary."""
-        if self.batch_by == "samples":
-            return list(order.split(self.batch_size))
-        costs = self._costs[order.numpy()]
-        sizes: list[int] = []
-        for start, stop in itertools.pairwise(bounds):
-            sizes.extend(pack_by_tokens(costs[start:stop], self.max_tokens, self.batch_size))
-        return list(order.split(sizes))
+        return self.plan().pool_samples(self._costs)
 
     def _global_batches(self, epoch: int, probe: bool = False) -> list[torch.Tensor]:
         """All ranks' batches of ``epoch`` in order, before dealing (and before fitting the
         count, when ``probe``)."""
-        n = self.dataset_size
-        if n == 0:
+        if self.dataset_size == 0:
             return []
-        generator = torch.Generator().manual_seed(self.seed + epoch)
-        if self.shuffle:
-            order = torch.randperm(n, generator=generator)
-        else:
-            order = torch.arange(n, dtype=torch.int64)
-        align = self.batch_size if self.batch_by == "samples" else 1
-        lengths = torch.from_numpy(self._costs)
-        pool_samples = self._pool_samples() if (self.shuffle and self.bucket) else max(n, 1)
-        while True:
-            pooled = self.bucket and pool_samples < n
-            bounds = self._pool_bounds(n, pool_samples, align) if pooled else [0, n]
-            if self.bucket:
-                pool_id = torch.bucketize(torch.arange(n), torch.tensor(bounds[1:]), right=True)
-                key = pool_id * (int(self._costs.max()) + 1) + lengths[order]
-                order_sorted = order[torch.sort(key, stable=True).indices]
-            else:
-                order_sorted = order
-            batches = self._batches_of(order_sorted, bounds)
-            fits = probe or self.batch_by == "samples" or len(batches) <= self._total
-            if fits or pool_samples >= n:
-                break
-            pool_samples *= 2  # too many batches for the fixed count: larger pools pad less
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-            batches = batches[:-1]
-        if self.shuffle and self.bucket and len(batches) > 1:
-            batch_order = torch.randperm(len(batches), generator=generator).tolist()
-            batches = [batches[i] for i in batch_order]
-        return batches
+        limit = None if probe else self._total
+        return self.plan().batches(self._costs, self.seed + epoch, limit)
 
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
         """Returns every rank's batches of ``epoch``: ``W x K`` index tensors; rank ``r`` gets

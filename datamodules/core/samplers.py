@@ -372,7 +372,8 @@ class IndexBatchSampler(DistributedSampler):
 
         Raises:
             ValueError: If the saved sampler differs in a way that changes the batches
-                (dataset length, batch size, world size, seed, shuffle or drop_last).
+                (dataset length, seed, shuffle, drop_last, batches under a budget), or was
+                packed rows.
         """
         if "packing" in state and not self.resumes_packed_rows:
             packing = state["packing"]
@@ -382,6 +383,12 @@ class IndexBatchSampler(DistributedSampler):
                 f"pack_mode={packing.get('pack_mode')!r}: its positions count packed rows), "
                 "and this run batches samples; resume with the same packing=True, seq_length "
                 "and pack_mode."
+            )
+        if state.get("max_tokens") is not None and self._max_tokens() is None:
+            raise ValueError(
+                f"cannot resume the batch order: the checkpoint was saved with batches under "
+                f"max_tokens={state['max_tokens']!r} (a duration or token budget), and this run "
+                f"batches batch_size={self.batch_size!r}; resume with the checkpoint's budget."
             )
         mine = self.state_dict()
         for key in ("num_samples", "seed", "shuffle", "drop_last"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +32,20 @@ def tone(samples: int, frequency: float, rate: int = RATE, channels: int = 1) ->
     return np.stack([wave * (c + 1) / channels for c in range(channels)], 1).astype(np.float32)
 
 
-def write_numbered(root: Path, n: int = N) -> Path:
-    """Writes ``n`` numbered clips and ``root/manifest.jsonl``; returns the manifest."""
+def write_numbered(
+    root: Path, n: int = N, ids: Sequence[int] | None = None, name: str = "manifest.jsonl"
+) -> Path:
+    """Writes ``n`` numbered clips (or the clips ``ids``) and their manifest ``root/name``;
+    returns the manifest."""
     (root / "audio").mkdir(parents=True, exist_ok=True)
     lines = []
-    for i in range(n):
+    for i in range(n) if ids is None else ids:
         samples = BASE + STEP * i
-        name = f"audio/clip{i:03d}.{'wav' if i % 2 else 'flac'}"
-        soundfile.write(root / name, tone(samples, 200 + 10 * i), RATE)
-        record = {"audio_filepath": name, "duration": samples / RATE, "text": f"clip {i}"}
+        clip = f"audio/clip{i:03d}.{'wav' if i % 2 else 'flac'}"
+        soundfile.write(root / clip, tone(samples, 200 + 10 * i), RATE)
+        record = {"audio_filepath": clip, "duration": samples / RATE, "text": f"clip {i}"}
         lines.append(json.dumps(record) + "\n")
-    manifest = root / "manifest.jsonl"
+    manifest = root / name
     manifest.write_text("".join(lines))
     return manifest
 
@@ -91,3 +95,36 @@ def torchcodec_or_skip() -> None:
     probe = io.BytesIO()
     soundfile.write(probe, tone(160, 440), RATE, format="WAV")
     CodecDecoder(probe.getvalue()).get_all_samples()
+
+
+#: The clips of the mixture's two sources: short ones (0.1 s) and long ones (0.2 s).
+SHORT, LONG = range(18), range(100, 109)
+
+
+def write_mixture(root: Path) -> tuple[Path, Path]:
+    """Two manifests, ``short.jsonl`` (clips :data:`SHORT`) and ``long.jsonl`` (:data:`LONG`)."""
+    return (
+        write_numbered(root, ids=SHORT, name="short.jsonl"),
+        write_numbered(root, ids=LONG, name="long.jsonl"),
+    )
+
+
+def mixed_ddp_datamodule(root: str, **kwargs: Any) -> tuple[AudioDataModule, Any]:
+    """A DDP factory: a two-source mixture in duration batches (0.5 s of audio each, padding
+    counted), its weights scheduled so that its epochs have other batch counts; ``kwargs``
+    replace its arguments."""
+    from datamodules import Source
+
+    sources = [
+        Source(os.path.join(root, "short.jsonl"), weight=[[0, 3], [1, 1]], name="short"),
+        Source(os.path.join(root, "long.jsonl"), weight=1, name="long"),
+    ]
+    arguments = {
+        "val": os.path.join(root, "short.jsonl"),
+        "val_split": 0,
+        "max_duration": 0.5,
+        "epoch_size": 12,
+        "num_workers": 0,
+        **kwargs,
+    }
+    return AudioDataModule(sources, **arguments), batch_ids
