@@ -282,6 +282,8 @@ class AudioDataModule(BaseDataModule):
                 files=self.files,
             )
 
+        if mixed and split == "train":  # a source removed since a checkpoint is read again
+            self.mix.reader = lambda files: self._limit(read_one(files))
         return self._limit(ClipMixture.read(spec, read_one) if mixed else read_one(spec))
 
     def _limit(self, index: ClipIndex) -> ClipIndex:
@@ -372,7 +374,7 @@ class AudioDataModule(BaseDataModule):
         train = split == "train"
         by_seconds = self.max_duration is not None
         if isinstance(view, MixedClipView):
-            return ClipMixture.sampler(
+            return self.mix.sampler(
                 view, self.batch_size, self.shuffle and train, self._budget() if by_seconds
                 else None, drop_last=self.drop_last and train, seed=self.shuffle_seed,
                 num_replicas=world, rank=rank,
@@ -427,6 +429,11 @@ class AudioDataModule(BaseDataModule):
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
         """The clips each train Source gives in ``epoch``, by source name (a mixture only)."""
         return self.mix.quotas(epoch, split)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Checks a checkpoint's train mixture against this one (a changed mix continues:
+        :mod:`datamodules.audio.mix_resume`), then restores as the base does."""
+        super().load_state_dict(self.mix.check_state(state_dict))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Logs each epoch's quotas of a train mixture as ``mix/<name>`` (its first batch)."""

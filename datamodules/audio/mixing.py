@@ -11,14 +11,20 @@ is for audio, one clip, and lays each epoch's clips out:
   ``val_split`` holds clips out of every source at random, as for one input;
 * :class:`MixedClipView` maps an epoch's unit ids to clips: the plan's pieces of each source's
   run of passes (each pass a permutation of the source's train clips, seeded by its name);
-* validation and test Sources are read once each, joined, never weighted.
+* validation and test Sources are read once each, joined, never weighted;
+* a checkpoint whose mix differs (other weights, schedules or ``epoch_size``, sources added or
+  removed) is continued as text's blends continue one (:mod:`datamodules.audio.mix_resume`,
+  the sampler's ``resume``): the interrupted epoch ends as planned, the new mix applies from
+  the next epoch, each source continuing its run where it stopped; said on rank 0. Other
+  files or clips under a source's name are refused, naming the source.
 
 Duration batches (``max_duration``) work over a mixture as over one input: each epoch's clips
 are cut by :class:`~datamodules.tokens.mixed_budget.MixedBudgetSampler` into length-bucketed
 batches of at most ``max_duration`` seconds of audio, padding counted (the budget in samples,
 the lengths of the epoch's clips from :meth:`MixedClipView.unit_lengths`), DDP-even, exact and
-elastic resume; an epoch's batch count follows its clips, so the Trainer measures the next
-epoch's length anew when it changes (:class:`~datamodules.tokens.mixed_budget.MeasureNextEpoch`).
+elastic resume (a changed mix continued as above); an epoch's batch count follows its clips,
+so the Trainer measures the next epoch's length anew when it changes
+(:class:`~datamodules.tokens.mixed_budget.MeasureNextEpoch`).
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import torch
 
 from datamodules.audio.batches import AudioBatchView
 from datamodules.audio.clips import ClipIndex
+from datamodules.audio.mix_resume import ClipMixResume, absent_units, clip_listing, extend
 from datamodules.core.mix_logging import MixLog
 from datamodules.core.mixture import MixEntry, Mixture, Source, schedule_lines
+from datamodules.tokens.blend_resume import WeakResume
 from datamodules.tokens.blends import check_blend
 from datamodules.tokens.mixed_budget import MeasureNextEpoch, MixedBudgetSampler
 from datamodules.tokens.mixture import EPOCH_SHIFT, UNIT_MASK, BlendUnits, MixedSampler, mixed_units
@@ -139,6 +147,28 @@ class MixedClipView(AudioBatchView):
         super().__init__(*args, **kwargs)
         self.units, self.members, self.mixture = units, members, mixture
         self._epochs: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._fresh = (self.index, self.indices, len(units))
+        self._run = (False, 0)  # each pass shuffled?, the seed: set by ClipMixture.view
+
+    def restore_base(self) -> None:
+        """Back to the fresh mixture of this run's sources (before a resume continues it)."""
+        self.index, self.indices, k = self._fresh
+        del self.units[k:], self.members[k:]
+        self.mixture = self.mixture.base or self.mixture
+        self._epochs.clear()
+
+    def add_source(self, name: str, part: ClipIndex | None) -> None:
+        """A source removed since a checkpoint, after the others: ``part``, the clips it
+        still owes the interrupted epoch are drawn from, or None (it owes nothing)."""
+        if part is None:
+            self.units.append(absent_units(name))
+            self.members.append(np.zeros(0, np.int64))
+            return
+        first = len(self.indices)
+        self.index, self.indices = extend(self.index, self.indices, part)
+        self.units.append(BlendUnits(name, np.zeros(len(part), np.int64), None, *self._run))
+        self.members.append(np.arange(first, first + len(part), dtype=np.int64))
+        self._epochs.clear()
 
     def layout(self, epoch: int) -> np.ndarray:
         """The split positions of ``epoch``'s units, source after source (two epochs kept)."""
@@ -169,7 +199,7 @@ class MixedClipView(AudioBatchView):
         return state
 
 
-class ClipMixture:
+class ClipMixture(ClipMixResume):
     """The train split's Sources and ``epoch_size``: builds the mixed view and sampler.
 
     Args:
@@ -206,9 +236,10 @@ class ClipMixture:
         return mixture.by_name(epoch)
 
     def epoch_end(self, loader: Any) -> Callable[[], None] | None:
-        """What the train ``loader`` runs at each epoch's last batch: a Trainer measures
-        the next epoch of duration batches anew where its length changes; else None."""
-        if not isinstance(loader.sampler, MixedBudgetSampler):
+        """What the train ``loader`` of a mixture runs at each epoch's last batch: a Trainer
+        measures the next epoch anew where its length changes (duration batches, or the end
+        of an epoch a changed mix held); else None."""
+        if not isinstance(loader.sampler, MixedSampler):
             return None
         return MeasureNextEpoch(loader.find_trainer, loader.sampler)
 
@@ -225,12 +256,13 @@ class ClipMixture:
         sampler = self.owner._samplers.get("train")
         epoch = sampler.epoch if sampler is not None else 0
         lines = [f"train mixture: {mixture.total(epoch)} clips per epoch (epoch {epoch})"]
-        for source, entry, quota in zip(
-            self.sources, mixture.entries, mixture.quotas(epoch), strict=True
+        shares = [s.share() for s in self.sources]
+        for k, (entry, quota) in enumerate(
+            zip(mixture.entries, mixture.quotas(epoch), strict=True)
         ):
+            share = shares[k] if k < len(shares) else "removed since the checkpoint"
             lines.append(
-                f"  source {entry.name!r}: {entry.units} clips, {source.share()}; "
-                f"{quota} this epoch"
+                f"  source {entry.name!r}: {entry.units} clips, {share}; {quota} this epoch"
             )
         return lines + schedule_lines(mixture, epoch, "clips")
 
@@ -252,17 +284,21 @@ class ClipMixture:
             BlendUnits(s.label, np.zeros(len(m), np.int64), None, shuffle, seed)
             for s, m in zip(self.sources, members, strict=True)
         ]
+        lengths = index.lengths[indices.numpy()]
         entries = [
-            MixEntry(s.label, s.weight, s.repeat, len(m), [s.files, len(m)])
+            MixEntry(s.label, s.weight, s.repeat, len(m), clip_listing(s.files, lengths[m]),
+                     files=s.files)
             for s, m in zip(self.sources, members, strict=True)
-        ]
+        ]  # fmt: skip
         mixture = Mixture(entries, self.epoch_size)
-        return MixedClipView(
+        view = MixedClipView(
             index, indices, units=units, members=members, mixture=mixture, **kwargs
         )
+        view._run = (shuffle, seed)
+        return view
 
-    @staticmethod
     def sampler(
+        self,
         view: MixedClipView,
         batch_size: int,
         shuffle: bool,
@@ -278,14 +314,5 @@ class ClipMixture:
             kwargs.pop("drop_last", None)  # refused with max_duration by the DataModule
             sampler = MixedBudgetSampler(view.mixture, view.unit_lengths, budget, shuffle, **kwargs)
         sampler.unit = "clip"
-
-        def refuse(saved: dict[str, Any], interrupted: bool) -> Mixture:
-            changes = view.mixture.changes(saved) or ["the sources' clips or positions"]
-            raise ValueError(
-                "cannot resume the audio mixture: its mix differs from the checkpoint's ("
-                + "; ".join(changes)
-                + "); resume with the checkpoint's Sources, weights and epoch_size."
-            )
-
-        sampler.resume = refuse
+        sampler.resume = WeakResume(self.resume_mix)  # a changed mix continues in the view too
         return sampler

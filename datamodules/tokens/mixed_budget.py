@@ -249,12 +249,18 @@ class MeasureNextEpoch:
 
     Args:
         find_trainer: Returns the Trainer driving the loader, or None (or is None).
-        sampler: The loader's sampler.
+        sampler: The loader's sampler (duration batches, or batches of a size).
     """
 
-    def __init__(self, find_trainer: Callable[[], Any] | None, sampler: MixedBudgetSampler) -> None:
+    def __init__(self, find_trainer: Callable[[], Any] | None, sampler: MixedSampler) -> None:
         self.find_trainer, self.sampler = find_trainer, sampler
 
     def __call__(self) -> None:
-        if self.find_trainer is not None and self.sampler.next_length_differs():
+        sampler = self.sampler
+        if isinstance(sampler, MixedBudgetSampler):
+            differs = sampler.next_length_differs()
+        else:  # batches of a size: the unit count changes (the end of a held epoch)
+            total = sampler.mixture.total
+            differs = total(sampler.epoch + 1) != total(sampler.epoch)
+        if self.find_trainer is not None and differs:
             remeasure_train_loader(self.find_trainer())

@@ -124,25 +124,3 @@ def test_each_epochs_quotas_are_logged_and_summarised(manifests, tmp_path: Path)
         rows = [r for r in csv.DictReader(f) if r.get("mix/a")]
     assert [(float(r["mix/a"]), float(r["mix/b"])) for r in rows] == [(6.0, 2.0), (4.0, 4.0)]
     assert "source 'a': 12 clips, weight=[[0, 3], [1, 1]]" in dm.summary()
-
-
-def test_a_resume_with_other_weights_is_refused_naming_the_change(
-    manifests, tmp_path: Path
-) -> None:
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from tests.datamodules.contract import quiet_trainer
-    from tests.recording import RecordingModel
-
-    checkpoint = ModelCheckpoint(
-        dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{epoch}-{step}"
-    )
-    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint])
-    trainer.fit(RecordingModel(batch_ids), datamodule=mixed(manifests, batch_size=2))
-    a, b = manifests
-    other = mixed(manifests, batch_size=2, sources=[Source(a, weight=1, name="a"),
-                                                     Source(b, weight=1, name="b")])  # fmt: skip
-    with pytest.raises(ValueError, match=r"cannot resume the audio mixture.*weight"):
-        quiet_trainer(max_epochs=1).fit(
-            RecordingModel(batch_ids), datamodule=other, ckpt_path=tmp_path / "epoch=0-step=2.ckpt"
-        )
