@@ -32,7 +32,14 @@ import torch
 
 from datamodules.audio.clips import ClipIndex
 from datamodules.core.context import log
-from datamodules.core.mixture import MixEntry, Mixture, Source, check_same_listing, resume_message
+from datamodules.core.mixture import (
+    MixEntry,
+    Mixture,
+    Source,
+    check_same_listing,
+    check_source_set,
+    resume_message,
+)
 from datamodules.tokens.mixture import BlendUnits
 
 __all__ = ["ClipMixResume", "clip_listing"]
@@ -66,25 +73,12 @@ class ClipMixResume:
         saved = (state_dict.get("train_sampler") or {}).get("mix")
         if saved is None or self.sources is None:
             return state_dict
-        then = {s["name"] for s in saved["sources"] if not s.get("hidden")}
-        now = {s.label for s in self.sources}
-        if then != now and not self._whole_train_split():
-            added, removed = sorted(now - then), sorted(then - now)
-            raise ValueError(
-                f"cannot resume the audio mixture with sources added ({added}) or removed "
-                f"({removed}): val_split / test_split hold out clips drawn over all the "
-                "sources' clips, so another set of sources would hold out other clips of the "
-                "sources kept. Give val= / test= (or val_split=0 and test_split=0) to change "
-                "the sources of a mixture on resume."
-            )
+        names = [s.label for s in self.sources]
+        whole = self._whole_train_split()
+        same = check_source_set(saved, names, whole, "audio mixture", "clips", "val= / test=")
         if self.owner.split_indices is not None:  # set up: compare the sources now
-            view = self.owner.view("train")
-            base = view.mixture.base or view.mixture
-            old = {s["name"]: s for s in saved["sources"]}
-            for e in base.entries:
-                if e.name in old:
-                    check_same_listing(e.name, old[e.name].get("listing"), e.listing)
-        if then == now:
+            self.owner.view("train").mixture.check_listings(saved)
+        if same:
             return state_dict
         return {k: v for k, v in state_dict.items() if k != "split_fingerprint"}
 

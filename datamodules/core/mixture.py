@@ -46,6 +46,7 @@ __all__ = [
     "Mixture",
     "Source",
     "check_same_listing",
+    "check_source_set",
     "check_sources",
     "describe_weight",
     "largest_remainder",
@@ -291,10 +292,8 @@ class Mixture:
         """
         base = self.base or self
         epoch = int(saved["epoch"])
+        self.check_listings(saved)
         old = {s["name"]: s for s in saved["sources"]}
-        for e in base.entries:
-            if e.name in old:
-                check_same_listing(e.name, old[e.name].get("listing"), e.listing)
         entries = list(base.entries)
         for name, s in old.items():  # removed since: kept, hidden, to keep their place
             if name not in base.names:
@@ -313,6 +312,14 @@ class Mixture:
         out = Mixture(entries, base.epoch_size, origin=origin, starts=starts, held=held)
         out.base, out.saved = base, saved
         return out
+
+    def check_listings(self, saved: Mapping[str, Any]) -> None:
+        """Raises unless every source of this mix that a checkpoint's :meth:`state` has holds
+        the same data (its listing), naming the source and what changed."""
+        old = {s["name"]: s for s in saved["sources"]}
+        for e in (self.base or self).entries:
+            if e.name in old:
+                check_same_listing(e.name, old[e.name].get("listing"), e.listing)
 
     def changes(self, saved: Mapping[str, Any]) -> list[str]:
         """What differs between a checkpoint's :meth:`state` and this mix, one phrase each
@@ -351,6 +358,36 @@ def resume_message(owner: str, changes: Sequence[str], epoch: int, interrupted: 
         f"{owner}: the train mix differs from the checkpoint's: {'; '.join(changes)}. "
         f"{when[0].upper()}{when[1:]}; each source continues its run of passes where it stopped."
     )
+
+
+def check_source_set(
+    saved: Mapping[str, Any], names: Sequence[str], whole: bool, kind: str, units: str, fix: str
+) -> bool:
+    """Whether a checkpoint's mix (its :meth:`Mixture.state`) has the sources ``names``.
+
+    Args:
+        saved: The checkpoint's mix state.
+        names: This run's sources.
+        whole: Whether every source's train units are all its units (no random held-out
+            split drawn over the whole mix): only then may sources be added or removed.
+        kind: What the mix is called in the message (``"blend"``, ``"audio mixture"``).
+        units: What a random split holds out (``"documents"``, ``"clips"``).
+        fix: The arguments that give evaluation data of their own (``"val_file= / test_file="``).
+
+    Raises:
+        ValueError: Sources added or removed while a random split draws over all of them.
+    """
+    then = {s["name"] for s in saved["sources"] if not s.get("hidden")}
+    now = set(names)
+    if then != now and not whole:
+        added, removed = sorted(now - then), sorted(then - now)
+        raise ValueError(
+            f"cannot resume the {kind} with sources added ({added}) or removed ({removed}): "
+            f"val_split / test_split hold out {units} drawn over the whole {kind}, so another "
+            f"set of sources would hold out other {units} of the sources kept. Give {fix} (or "
+            f"val_split=0 and test_split=0) to change the sources of a {kind} on resume."
+        )
+    return then == now
 
 
 def check_same_listing(name: str, before: Any, now: Any) -> None:

@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 
 from datamodules.core.context import log
-from datamodules.core.mixture import MixEntry, Mixture, check_same_listing, resume_message
+from datamodules.core.mixture import (
+    MixEntry,
+    Mixture,
+    check_same_listing,
+    check_source_set,
+    resume_message,
+)
 from datamodules.core.trainer_length import remeasure_train_loader
 from datamodules.tokens.mixture import MixedSampler
 
@@ -121,21 +127,13 @@ class BlendResume:
         return not any(held_out) and getattr(self.owner, "explicit_splits", None) is None
 
     def _check_blend_resume(self, state: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
-        then = {s["name"] for s in saved["sources"] if not s.get("hidden")}
-        now = {s.label for s in self.sources["train"]}
-        if then != now and not self._whole_train_split():
-            added, removed = sorted(now - then), sorted(then - now)
-            raise ValueError(
-                f"cannot resume the blend with sources added ({added}) or removed ({removed}): "
-                "val_split / test_split hold out documents drawn over the whole blend, so "
-                "another set of sources would hold out other documents of the sources kept. "
-                "Give val_file= / test_file= (or val_split=0 and test_split=0) to change the "
-                "sources of a blend on resume."
-            )
+        names = [s.label for s in self.sources["train"]]
+        whole = self._whole_train_split()
+        same = check_source_set(saved, names, whole, "blend", "documents", "val_file= / test_file=")
         if self.owner.split_indices is not None:  # set up: compare the sources now
             view = self.owner.view("train")
             _check_sources(view.mixture.base or view.mixture, saved)
-        if then == now:
+        if same:
             return state
         return {k: v for k, v in state.items() if k != "split_fingerprint"}
 
