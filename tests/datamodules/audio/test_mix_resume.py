@@ -1,6 +1,7 @@
 """An audio mixture resumed with a changed mix: other weights, a source added (and another
-epoch_size), a source removed mid-epoch; duration batches alike; the same source name over
-other files refused, and sources changed while val_split draws over all of them.
+epoch_size), a source removed mid-epoch; duration batches alike; another world size (the
+samplers alone); the same source name over other files refused, and sources changed while
+val_split draws over all of them.
 
 One first run (a weight 3, b weight 1, 8 clips an epoch in batches of 2) saves a checkpoint
 after 2 of its 4 epoch-0 batches; each test resumes it through the Trainer with another mix.
@@ -188,3 +189,31 @@ def test_duration_batches_continue_a_changed_mix(tmp_path: Path, caplog) -> None
     for clips in (SHORT, LONG):
         counts = Counter(i for i in seen if i in clips)
         assert max(counts[i] for i in clips) - min(counts[i] for i in clips) <= 1
+
+
+@pytest.mark.parametrize("duration", [False, True])
+def test_a_changed_mix_resumes_on_another_world_size(first_run, duration: bool) -> None:
+    """Elastic: epoch 0 stopped after one batch per rank on 2 ranks, resumed on 3 ranks with
+    other weights (the samplers alone): the rest of the epoch once, the new mix after it."""
+    budget = {"max_duration": 0.25} if duration else {}
+    old = make(first_run["root"], a=3, b=1, **budget)
+    old.setup("fit")
+    view = old.view("train")
+    ranks = [old.make_sampler("train", view, r, 2) for r in range(2)]
+    whole = Counter(i for r in ranks for b in r.batches(0) for i in batch_ids(view[b]))
+    head = [i for s in ranks for i in batch_ids(view[next(iter(s))])]
+    assert sum(whole.values()) == 8 and 2 <= len(head) < 8
+    state = ranks[0].state_dict()
+    dm = make(first_run["root"], a=1, b=1, **budget)
+    dm.setup("fit")
+    mixed = dm.view("train")
+    shares = []
+    for rank in range(3):
+        sampler = dm.make_sampler("train", mixed, rank, 3)
+        sampler.load_state_dict(state)
+        shares.append([batch_ids(mixed[b]) for b in sampler])
+    assert len({len(s) for s in shares}) == 1
+    assert Counter(head + [i for s in shares for b in s for i in b]) == whole
+    nxt = [i for r in range(3) for b in dm.make_sampler("train", mixed, r, 3).batches(1)
+           for i in batch_ids(mixed[b])]  # fmt: skip
+    assert by_source([nxt]) == dm.quotas(1) == {"a": 4, "b": 4}
