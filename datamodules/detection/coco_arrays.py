@@ -179,7 +179,7 @@ def coco_arrays(
         return None
     try:
         return _arrays(data, path, folder, label_of, classes, segmentations)
-    except (KeyError, TypeError, AttributeError, ValueError):
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, OverflowError):
         return None
 
 

@@ -96,3 +96,12 @@ def test_values_of_another_kind_leave_the_bulk_path(tmp_path: Path, change: dict
     anns[0].update(change)
     path = write_coco(tmp_path, anns=anns)
     assert parse_coco(str(path), on_error="skip").__class__ is IndexBuilder
+
+
+def test_annotations_without_images_are_named(tmp_path: Path) -> None:
+    path = write_coco(tmp_path)
+    data = json.loads(path.read_text())
+    data["images"] = []
+    path.write_text(json.dumps(data))
+    with pytest.raises(AnnotationError, match="annotation id 100: image_id 1 is not among"):
+        load_index(path, "train", segmentations=False)
