@@ -94,7 +94,7 @@ def _plan(
                 classes=given,
                 on_error=on_error,
                 segmentations=segmentations,
-            ),  # fmt: skip
+            ),
         )
     if fmt == "yolo":
         folder, names = resolve_yolo(spec, split)
