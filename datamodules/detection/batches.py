@@ -6,9 +6,9 @@ detection models take: a list of ``uint8`` ``(3, H, W)`` images and a list of ta
 ``iscrowd``, ``area``; ``crowd_boxes`` with ``crowd="ignore"``). Images decode through the
 image kinds' decoder (:mod:`datamodules.imaging.decoding`). A torchvision.transforms.v2
 transform gets ``(image, target)`` and moves the boxes with the pixels; afterwards boxes are
-clamped to the image and those left without area are dropped (counted in ``dropped``). In a
-DataLoader worker, glibc's mmap threshold is kept fixed (:mod:`datamodules.core.heap`), so
-that the worker's memory stays flat over an epoch.
+clamped to the image and those left without area are dropped (counted in ``dropped``). With
+masks, a DataLoader worker keeps glibc's mmap threshold fixed (:mod:`datamodules.core.heap`),
+so that its memory stays flat over an epoch.
 
 Labels in this format are ``1 +`` the index into ``classes``: torchvision's detection models
 keep label 0 for the background (build them with ``num_classes=len(classes) + 1``).
@@ -229,6 +229,6 @@ class DetectionBatchView(SplitView):
         return image.as_subclass(torch.Tensor), target
 
     def __getitem__(self, batch: torch.Tensor) -> Any:
-        if get_worker_info() is not None:  # freed images and masks go back to the system
+        if self.masks and get_worker_info() is not None:  # freed masks leave the heap
             keep_mmap_threshold()
         return self.collate([self.sample(i) for i in self.rows(batch).tolist()])
