@@ -4,13 +4,15 @@ An :class:`AnnotationIndex` holds, for ``N`` images and ``M`` objects, a handful
 arrays and no per-object Python: image paths (one byte buffer and offsets), image ids, sizes,
 ``offsets`` (``N + 1``: image ``i``'s objects are rows ``offsets[i]:offsets[i + 1]``), boxes
 (``M x 4`` XYXY pixels, float32), contiguous labels, crowd flags, annotation ids, and each
-object's segmentation (a polygon list or an RLE as JSON bytes, kept for masks). Forked or
+object's segmentation (a polygon list or an RLE as JSON bytes, kept for masks; an index
+built for boxes only has none, ``meta["segmentations"]`` False). Forked or
 spawned DataLoader workers and DDP ranks map the same files, so reading an object never
 touches a Python refcount (the copy-on-read growth of lists of dicts).
 
 :class:`IndexBuilder` collects what a format parser (:mod:`~datamodules.detection.coco`,
 :mod:`~datamodules.detection.yolo`, :mod:`~datamodules.detection.voc`) finds and writes it
-with :meth:`IndexBuilder.write`; :meth:`AnnotationIndex.open` maps it.
+with :meth:`IndexBuilder.write` (or builds the arrays in bulk, :class:`IndexArrays`);
+:meth:`AnnotationIndex.open` maps it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMAT_VERSION", "AnnotationIndex", "IndexBuilder"]
+__all__ = ["FORMAT_VERSION", "AnnotationIndex", "IndexArrays", "IndexBuilder"]
 
 #: Bumped when the files of an index change, so that an older cache is rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 _ARRAYS = (
     "path_bytes", "path_offsets", "image_ids", "heights", "widths", "offsets", "boxes",
@@ -118,11 +120,8 @@ class IndexBuilder:
         self.counts[image] += 1
         return True
 
-    def write(self, directory: str, meta: dict[str, Any] | None = None) -> AnnotationIndex:
-        """Writes the arrays and ``meta.json`` into ``directory`` (created, or replaced; its
-        parent must exist), renamed into place when complete; returns the index, mapped."""
-        partial = f"{directory}.partial-{os.getpid()}"
-        os.makedirs(partial, exist_ok=True)
+    def arrays(self) -> IndexArrays:
+        """What was collected, as the index's arrays (:meth:`IndexArrays.write` writes them)."""
         path_bytes, path_offsets = _packed(self.paths)
         segm_bytes, segm_offsets = _packed(self.segmentations)
         offsets = np.zeros(len(self.counts) + 1, dtype=np.int64)
@@ -142,16 +141,45 @@ class IndexBuilder:
             "segm_bytes": segm_bytes,
             "segm_offsets": segm_offsets,
         }
-        for name, array in arrays.items():
-            np.save(os.path.join(partial, f"{name}.npy"), np.ascontiguousarray(array))
-        info = {
-            "version": FORMAT_VERSION,
-            "classes": self.classes,
-            "source": self.source,
-            "skipped": [list(p) for p in self.skipped],
-            "degenerate": self.degenerate,
-            **(meta or {}),
-        }
+        info = {"source": self.source, "skipped": [list(p) for p in self.skipped],
+                "degenerate": self.degenerate}  # fmt: skip
+        return IndexArrays(self.classes, arrays, info)
+
+    def write(self, directory: str, meta: dict[str, Any] | None = None) -> AnnotationIndex:
+        """Writes the index into ``directory`` (:meth:`IndexArrays.write`)."""
+        return self.arrays().write(directory, meta)
+
+
+class IndexArrays:
+    """An index's arrays before they are written: what :meth:`IndexBuilder.arrays` gives, or
+    what a parser builds in bulk (the COCO parser's vectorised path).
+
+    Args:
+        classes: The class names, by contiguous label.
+        arrays: One array per name of the index (``path_bytes`` ... ``segm_offsets``).
+        info: What ``meta.json`` records besides the classes (``source``, ``skipped``,
+            ``degenerate``, ...).
+    """
+
+    def __init__(
+        self, classes: Sequence[str], arrays: dict[str, np.ndarray], info: dict[str, Any]
+    ) -> None:
+        missing = sorted(set(_ARRAYS) - set(arrays))
+        if missing:
+            raise ValueError(f"an index needs the arrays {missing}")
+        self.classes = [str(c) for c in classes]
+        self.arrays = arrays
+        self.info = info
+
+    def write(self, directory: str, meta: dict[str, Any] | None = None) -> AnnotationIndex:
+        """Writes the arrays and ``meta.json`` into ``directory`` (created, or replaced; its
+        parent must exist), renamed into place when complete; returns the index, mapped."""
+        partial = f"{directory}.partial-{os.getpid()}"
+        os.makedirs(partial, exist_ok=True)
+        for name in _ARRAYS:
+            array = np.ascontiguousarray(self.arrays[name])
+            np.save(os.path.join(partial, f"{name}.npy"), array)
+        info = {"version": FORMAT_VERSION, "classes": self.classes, **self.info, **(meta or {})}
         with open(os.path.join(partial, "meta.json"), "w", encoding="utf-8") as handle:
             json.dump(info, handle)
         if os.path.isdir(directory):  # an older index of the same name: replaced
@@ -228,6 +256,11 @@ class AnnotationIndex:
     def segmentation(self, row: int) -> Any:
         """Object ``row``'s segmentation as its annotation gave it (polygons or an RLE), or
         None."""
+        if self.meta.get("segmentations") is False:
+            raise ValueError(
+                f"{self.path}: this index was built without segmentations (masks=False); "
+                "DetectionDataModule(masks=True) builds one with them"
+            )
         start, end = int(self.segm_offsets[row]), int(self.segm_offsets[row + 1])
         return json.loads(self.segm_bytes[start:end].tobytes()) if end > start else None
 

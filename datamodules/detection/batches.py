@@ -6,7 +6,9 @@ detection models take: a list of ``uint8`` ``(3, H, W)`` images and a list of ta
 ``iscrowd``, ``area``; ``crowd_boxes`` with ``crowd="ignore"``). Images decode through the
 image kinds' decoder (:mod:`datamodules.imaging.decoding`). A torchvision.transforms.v2
 transform gets ``(image, target)`` and moves the boxes with the pixels; afterwards boxes are
-clamped to the image and those left without area are dropped (counted in ``dropped``).
+clamped to the image and those left without area are dropped (counted in ``dropped``). With
+masks, a DataLoader worker keeps glibc's mmap threshold fixed (:mod:`datamodules.core.heap`),
+so that its memory stays flat over an epoch.
 
 Labels in this format are ``1 +`` the index into ``classes``: torchvision's detection models
 keep label 0 for the background (build them with ``num_classes=len(classes) + 1``).
@@ -19,9 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from datamodules.core.heap import keep_mmap_threshold
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.collate import collate_torchvision
@@ -225,4 +229,6 @@ class DetectionBatchView(SplitView):
         return image.as_subclass(torch.Tensor), target
 
     def __getitem__(self, batch: torch.Tensor) -> Any:
+        if self.masks and get_worker_info() is not None:  # freed masks leave the heap
+            keep_mmap_threshold()
         return self.collate([self.sample(i) for i in self.rows(batch).tolist()])

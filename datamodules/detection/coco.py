@@ -5,7 +5,12 @@ Boxes (``bbox`` ``[x, y, w, h]`` -> XYXY), polygons and RLE (kept as given, for 
 categories sorted by id, and ``classes`` names them. Images are taken in order of their ids,
 as torchvision's ``CocoDetection`` takes them. A bad annotation is named with the file and its
 annotation id: an image id not among the images, an unknown category id, a box that is not
-four numbers, a malformed polygon or RLE, a missing image file.
+four numbers, a malformed polygon or RLE (checked when segmentations are kept, for masks), a
+missing image file.
+
+A file without problems is read in bulk (:mod:`~datamodules.detection.coco_arrays`: no Python
+work per object, polygons left unparsed unless kept); at the first sign of a problem the file
+is read again object by object here, and the problem named.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from datamodules.detection.arrays import IndexBuilder
+from datamodules.detection.arrays import IndexArrays, IndexBuilder
+from datamodules.detection.coco_arrays import coco_arrays, loads_marked, quiet_gc
 from datamodules.detection.problems import AnnotationError, Problems
 
 __all__ = ["coco_classes", "parse_coco", "segmentation_problem"]
@@ -65,12 +71,18 @@ def _loads(text: bytes) -> Any:
     return orjson.loads(text)
 
 
-def _load(path: str) -> dict[str, Any]:
+def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
-            text = handle.read()
+            return handle.read()
+    except OSError as exc:
+        raise AnnotationError(f"{path}: cannot read COCO JSON: {exc}") from exc
+
+
+def _load(path: str, text: bytes) -> dict[str, Any]:
+    try:
         data = _loads(text)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise AnnotationError(f"{path}: cannot read COCO JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise AnnotationError(f"{path}: not COCO JSON (no 'images' list)")
@@ -87,26 +99,10 @@ def coco_classes(data: dict[str, Any], path: str) -> tuple[list[int], list[str]]
     return [i for i, _ in pairs], [n for _, n in pairs]
 
 
-def parse_coco(
-    path: str,
-    *,
-    images: str | None = None,
-    classes: Sequence[str] | None = None,
-    on_error: str = "raise",
-) -> IndexBuilder:
-    """Reads a COCO JSON file.
-
-    Args:
-        path: The JSON file.
-        images: The folder of the ``file_name``s (default: the JSON's folder).
-        classes: The class names of another split to keep labels equal (category names
-            outside them are refused); default: this file's categories by id.
-        on_error: ``"raise"`` or ``"skip"`` (bad annotations and images left out, counted).
-
-    Returns:
-        The builder, filled.
-    """
-    data = _load(path)
+def _labels(
+    data: dict[str, Any], path: str, classes: Sequence[str] | None
+) -> tuple[list[int], list[str], dict[int, int]]:
+    """The category ids, the class names, and each category id's label."""
     ids, names = coco_classes(data, path)
     if classes is None:
         classes = names
@@ -119,9 +115,62 @@ def parse_coco(
                 f"train split {list(classes)}"
             )
         label_of[category_id] = known[name]
+    return ids, list(classes), label_of
+
+
+def parse_coco(
+    path: str,
+    *,
+    images: str | None = None,
+    classes: Sequence[str] | None = None,
+    on_error: str = "raise",
+    segmentations: bool = True,
+    bulk: bool = True,
+) -> IndexBuilder | IndexArrays:
+    """Reads a COCO JSON file.
+
+    A file without problems is read in bulk (:mod:`~datamodules.detection.coco_arrays`);
+    otherwise object by object, each problem named (raised, or skipped and counted).
+
+    Args:
+        path: The JSON file.
+        images: The folder of the ``file_name``s (default: the JSON's folder).
+        classes: The class names of another split to keep labels equal (category names
+            outside them are refused); default: this file's categories by id.
+        on_error: ``"raise"`` or ``"skip"`` (bad annotations and images left out, counted).
+        segmentations: Check and keep each polygon and RLE (a malformed one is a problem);
+            False leaves them unread and out (an index for boxes only: no masks).
+        bulk: Try the bulk path first (False: object by object, as for a file with
+            problems).
+
+    Returns:
+        What to write (``.write(directory, meta)``).
+    """
+    text = _read(path)
+    folder = images if images is not None else os.path.dirname(os.path.abspath(path))
+    with quiet_gc():
+        marked = loads_marked(text) if bulk else None
+        if isinstance(marked, dict) and isinstance(marked.get("images"), list):
+            _, names, label_of = _labels(marked, path, classes)
+            built = coco_arrays(marked, path, folder, label_of, names, segmentations=segmentations)
+            if built is not None:
+                return built
+        del marked
+        return _parse_objects(_load(path, text), path, folder, classes, on_error, segmentations)
+
+
+def _parse_objects(
+    data: dict[str, Any],
+    path: str,
+    folder: str,
+    classes: Sequence[str] | None,
+    on_error: str,
+    segmentations: bool,
+) -> IndexBuilder:
+    """The file object by object: each problem named, raised or skipped."""
+    ids, classes, label_of = _labels(data, path, classes)
     builder = IndexBuilder(classes, path)
     problem = Problems(on_error, builder.skipped)
-    folder = images if images is not None else os.path.dirname(os.path.abspath(path))
     by_id: dict[int, dict[str, Any]] = {}
     for image in data["images"]:
         try:
@@ -145,7 +194,7 @@ def parse_coco(
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(_number(v) for v in bbox)):
             problem(where, f"bbox {bbox!r} is not four numbers [x, y, width, height]")
             continue
-        why = segmentation_problem(ann.get("segmentation"))
+        why = segmentation_problem(ann.get("segmentation")) if segmentations else None
         if why is not None:
             problem(where, why)
             continue
@@ -168,6 +217,6 @@ def parse_coco(
             builder.add_object(
                 position, (x, y, x + w, y + h), label_of[ann["category_id"]],
                 crowd=bool(ann.get("iscrowd", 0)), annotation_id=int(ann.get("id", -1)),
-                segmentation=ann.get("segmentation") or None,
+                segmentation=(ann.get("segmentation") or None) if segmentations else None,
             )  # fmt: skip
     return builder

@@ -113,6 +113,8 @@ class DetectionDataModule(BaseDataModule):
         masks: Add each object's mask to the ``"torchvision"`` targets (``masks``, a
             ``tv_tensors.Mask`` (K, H, W), transformed with the image), decoded as
             pycocotools' ``annToMask`` decodes polygons and RLE (the ``detection`` extra).
+            Without masks, COCO polygons are neither parsed, checked nor kept (the index of
+            boxes is cached apart from the one with segmentations).
         image_size: ``"yolo"``'s letterbox side S (default 640; only for ``"yolo"``).
         min_size: The default transform's short side (None: images keep their size).
         max_size: The default transform's bound on the long side.
@@ -292,7 +294,7 @@ class DetectionDataModule(BaseDataModule):
         return load_index(
             spec, split, images=self.images.get(split) if isinstance(self.images, dict) else
             self.images, classes=classes, on_error=self.on_error,
-            cache=self.cache,
+            cache=self.cache, segmentations=self.masks,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ setup
