@@ -49,8 +49,7 @@ from datamodules.core.samplers import IndexBatchSampler
 from datamodules.core.skipped import SkipChannel, Skipped
 from datamodules.core.summary import counted
 from datamodules.core.views import SplitView
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
-from datamodules.stream_parts.arguments import remote_options
+from datamodules.stream_parts.arguments import module_remote_options
 from datamodules.tokenizing.loading import load_tokenizer
 
 __all__ = ["AudioDataModule"]
@@ -230,11 +229,9 @@ class AudioDataModule(BaseDataModule):
         self.features, self.n_mels = features, n_mels
         self.max_duration, self.max_seconds, self.overlong = max_duration, max_seconds, overlong
         self.mono, self.decoder, self.on_error, self.bucket = mono, decoder, on_error, bucket
-        storage_options = restored_storage_options(storage_options)
-        remote, limit = remote_options(
-            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        remote, limit = module_remote_options(
+            self, storage_options, retries, timeout, cache_dir, cache_limit
         )
-        save_without_credentials(self, storage_options)
         #: Opens inputs and audio files, local or remote (the remote options of streams).
         self.files = AudioFiles(remote, cache_dir, limit, index_cache_dir(index_cache))
         self.audio_decoder = AudioDecoder(sample_rate, mono, decoder, self.files)

@@ -47,9 +47,8 @@ from datamodules.detection.segmentation_index import (
 from datamodules.detection.segmentation_shards import IMAGE_KEY, MASK_KEY, load_shard_pairs
 from datamodules.imaging.normalize import to_float
 from datamodules.imaging.transforms import IMAGENET_MEAN, IMAGENET_STD
-from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.random_access import RandomAccessFiles
-from datamodules.stream_parts.arguments import remote_options
+from datamodules.stream_parts.arguments import module_remote_options
 
 __all__ = ["SegmentationDataModule", "default_segmentation_transforms"]
 
@@ -219,11 +218,9 @@ class SegmentationDataModule(BaseDataModule):
             check_string(value, name, "member names such as 'jpg' or 'mask.png;mask'")
         self.image_key = tuple(k for k in image_key.split(";") if k)
         self.mask_key = tuple(k for k in mask_key.split(";") if k)
-        storage_options = restored_storage_options(storage_options)
-        remote, limit = remote_options(
-            storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+        remote, limit = module_remote_options(
+            self, storage_options, retries, timeout, cache_dir, cache_limit
         )
-        save_without_credentials(self, storage_options)
         #: Reads shards, local or remote (the remote options of streams).
         self.files = RandomAccessFiles(remote, cache_dir, limit)
 

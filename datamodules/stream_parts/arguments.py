@@ -18,6 +18,7 @@ from datamodules.core.checks import (
 )
 from datamodules.core.hardware import TUNE
 from datamodules.core.mixture import Source, check_sources
+from datamodules.remote.credentials import restored_storage_options, save_without_credentials
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import check_not_pipe
 from datamodules.remote.retrying import RemoteOptions, check_remote_options
@@ -29,6 +30,7 @@ __all__ = [
     "check_mixing",
     "check_stream_arguments",
     "check_stream_split_arguments",
+    "module_remote_options",
     "remote_options",
     "stream_work",
 ]
@@ -138,6 +140,21 @@ def remote_options(
     limit = check_size(cache_limit, "cache_limit", allow_none=True)
     if limit is not None and cache_dir is None:
         raise ValueError(f"cache_limit={cache_limit!r} needs cache_dir= (where shards are kept).")
+    return options, limit
+
+
+def module_remote_options(
+    module: Any, storage_options: Any, retries: Any, timeout: Any, cache_dir: Any, cache_limit: Any
+) -> tuple[RemoteOptions, int | None]:
+    """The remote options of a DataModule that reads its files by range (no shards fetched
+    ahead): ``storage_options`` restored from a checkpoint's marker, checked with the rest
+    (:func:`remote_options`), and kept out of ``module``'s saved hyperparameters where they
+    hold credentials; returns the read options and the cache limit."""
+    storage_options = restored_storage_options(storage_options)
+    options, limit = remote_options(
+        storage_options, retries, timeout, cache_dir, cache_limit, prefetch_shards=0
+    )
+    save_without_credentials(module, storage_options)
     return options, limit
 
 
