@@ -33,11 +33,12 @@ from datamodules.shards.jsonl import numbered_jsonl
 from datamodules.shards.lines import ShardLines
 
 __all__ = [
-    "MANIFEST_EXTENSIONS",
     "ClipIndex",
+    "MANIFEST_EXTENSIONS",
     "ManifestError",
     "fail",
     "is_manifest",
+    "join",
     "parse_record",
     "read_manifest",
     "records_in_memory",
@@ -232,4 +233,50 @@ def records_in_memory(
         if parsed is not None:
             parsed["where"] = where
             out.append(parsed)
+    return out
+
+
+def _labels(indexes: list[ClipIndex]) -> tuple[np.ndarray | None, list[str] | None]:
+    """The joined labels: named classes unified (sorted), or ints as they are."""
+    given = [i.labels is not None for i in indexes]
+    if not any(given):
+        return None, None
+    if not all(given):
+        raise ValueError("every Source must give class labels, or none of them.")
+    if all(i.classes is None for i in indexes):
+        return np.concatenate([i.labels for i in indexes]), None
+    if any(i.classes is None for i in indexes):
+        raise ValueError("give every Source's labels as class names, or every one as ints.")
+    classes = sorted({c for i in indexes for c in i.classes})
+    position = {c: k for k, c in enumerate(classes)}
+    parts = [np.asarray([position[c] for c in i.classes], np.int64)[i.labels] for i in indexes]
+    return np.concatenate(parts), classes
+
+
+def join(indexes: list[ClipIndex]) -> ClipIndex:
+    """One index of several sources' clips, in order; ``sources`` numbers each clip's source.
+
+    Raises:
+        ValueError: Some sources have transcripts (or labels) and others do not.
+    """
+    texts = [i.texts is not None for i in indexes]
+    if any(texts) and not all(texts):
+        raise ValueError("every Source must give transcripts, or none of them.")
+    labels, classes = _labels(indexes)
+    blobs = None
+    if any(i.blobs is not None for i in indexes):
+        blobs = [b for i in indexes for b in (i.blobs or [None] * len(i))]
+    out = ClipIndex(
+        [p for i in indexes for p in i.paths],
+        np.concatenate([i.offsets for i in indexes]),
+        np.concatenate([i.durations for i in indexes]),
+        [w for i in indexes for w in i.where],
+        [t for i in indexes for t in i.texts] if all(texts) else None,
+        labels,
+        classes,
+        indexes[0].sample_rate,
+        blobs,
+        np.concatenate([np.full(len(i), k, np.int64) for k, i in enumerate(indexes)]),
+    )
+    out.lengths = np.concatenate([i.lengths for i in indexes])
     return out

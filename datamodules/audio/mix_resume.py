@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.audio.clips import ClipIndex
+from datamodules.audio.clips import ClipIndex, join
 from datamodules.core.context import log
 from datamodules.core.mixture import (
     MixEntry,
@@ -149,8 +149,6 @@ class ClipMixResume:
 def extend(index: ClipIndex, indices: torch.Tensor, part: ClipIndex) -> tuple[ClipIndex, Any]:
     """``index`` with ``part``'s clips after its own (as one more source), and the split's
     ``indices`` with all of them; returns the new index and indices."""
-    from datamodules.audio.mixing import join
-
     joined = join([index, part])
     assert index.sources is not None
     joined.sources = np.concatenate(

@@ -7,7 +7,8 @@ DDP-even, exact and elastic resume, ids that carry their epoch); this module say
 is for audio, one clip, and lays each epoch's clips out:
 
 * every source is read into its own :class:`~datamodules.audio.clips.ClipIndex` and the indexes
-  are joined (:func:`join`), each clip remembering its source (``ClipIndex.sources``);
+  are joined (:func:`~datamodules.audio.clips.join`), each clip remembering its source
+  (``ClipIndex.sources``);
   ``val_split`` holds clips out of every source at random, as for one input;
 * :class:`MixedClipView` maps an epoch's unit ids to clips: the plan's pieces of each source's
   run of passes (each pass a permutation of the source's train clips, seeded by its name);
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 
 from datamodules.audio.batches import AudioBatchView
-from datamodules.audio.clips import ClipIndex
+from datamodules.audio.clips import ClipIndex, join
 from datamodules.audio.mix_resume import ClipMixResume, absent_units, clip_listing, extend
 from datamodules.core.mix_logging import MixLog
 from datamodules.core.mixture import MixEntry, Mixture, Source, schedule_lines
@@ -47,7 +48,7 @@ from datamodules.tokens.blends import check_blend
 from datamodules.tokens.mixed_budget import MeasureNextEpoch, MixedBudgetSampler
 from datamodules.tokens.mixture import EPOCH_SHIFT, UNIT_MASK, BlendUnits, MixedSampler, mixed_units
 
-__all__ = ["ClipMixture", "MixedClipView", "check_split_input", "join"]
+__all__ = ["ClipMixture", "MixedClipView", "check_split_input"]
 
 
 def check_split_input(value: Any, name: str, allow_none: bool) -> Any:
@@ -77,52 +78,6 @@ def check_split_input(value: Any, name: str, allow_none: bool) -> Any:
         "a list of them, or a list of Source(files, weight=...)"
     )
     raise TypeError(f"{name}={value!r} is not accepted: give {accepted}.")
-
-
-def _labels(indexes: list[ClipIndex]) -> tuple[np.ndarray | None, list[str] | None]:
-    """The joined labels: named classes unified (sorted), or ints as they are."""
-    given = [i.labels is not None for i in indexes]
-    if not any(given):
-        return None, None
-    if not all(given):
-        raise ValueError("every Source must give class labels, or none of them.")
-    if all(i.classes is None for i in indexes):
-        return np.concatenate([i.labels for i in indexes]), None
-    if any(i.classes is None for i in indexes):
-        raise ValueError("give every Source's labels as class names, or every one as ints.")
-    classes = sorted({c for i in indexes for c in i.classes})
-    position = {c: k for k, c in enumerate(classes)}
-    parts = [np.asarray([position[c] for c in i.classes], np.int64)[i.labels] for i in indexes]
-    return np.concatenate(parts), classes
-
-
-def join(indexes: list[ClipIndex]) -> ClipIndex:
-    """One index of several sources' clips, in order; ``sources`` numbers each clip's source.
-
-    Raises:
-        ValueError: Some sources have transcripts (or labels) and others do not.
-    """
-    texts = [i.texts is not None for i in indexes]
-    if any(texts) and not all(texts):
-        raise ValueError("every Source must give transcripts, or none of them.")
-    labels, classes = _labels(indexes)
-    blobs = None
-    if any(i.blobs is not None for i in indexes):
-        blobs = [b for i in indexes for b in (i.blobs or [None] * len(i))]
-    out = ClipIndex(
-        [p for i in indexes for p in i.paths],
-        np.concatenate([i.offsets for i in indexes]),
-        np.concatenate([i.durations for i in indexes]),
-        [w for i in indexes for w in i.where],
-        [t for i in indexes for t in i.texts] if all(texts) else None,
-        labels,
-        classes,
-        indexes[0].sample_rate,
-        blobs,
-        np.concatenate([np.full(len(i), k, np.int64) for k, i in enumerate(indexes)]),
-    )
-    out.lengths = np.concatenate([i.lengths for i in indexes])
-    return out
 
 
 class MixedClipView(AudioBatchView):

@@ -22,9 +22,9 @@ from typing import Any
 
 from datamodules.detection.arrays import IndexArrays, IndexBuilder
 from datamodules.detection.coco_arrays import coco_arrays, loads_marked, quiet_gc
-from datamodules.detection.problems import AnnotationError, Problems
+from datamodules.detection.problems import AnnotationError, Problems, segmentation_problem
 
-__all__ = ["coco_classes", "parse_coco", "segmentation_problem"]
+__all__ = ["coco_classes", "parse_coco"]
 
 
 def _number(value: Any) -> bool:
@@ -32,35 +32,6 @@ def _number(value: Any) -> bool:
 
 
 #: What a JSON number parses to (``bool`` is not among them).
-_NUMBERS = frozenset((int, float))
-
-
-def segmentation_problem(segmentation: Any) -> str | None:
-    """What is wrong with a COCO ``segmentation`` (polygons or an RLE), or None."""
-    if segmentation is None or segmentation == []:
-        return None
-    if isinstance(segmentation, list):
-        for k, polygon in enumerate(segmentation):
-            # set(map(type, ...)) runs in C: a tenth of a check per value, on COCO's 860k.
-            if not isinstance(polygon, list) or not set(map(type, polygon)) <= _NUMBERS:
-                return f"polygon {k} is not a list of numbers"
-            if len(polygon) % 2 or len(polygon) < 6:
-                return (
-                    f"polygon {k} has {len(polygon)} numbers; a polygon is x, y pairs of at "
-                    "least 3 points (an even count, 6 or more)"
-                )
-        return None
-    if isinstance(segmentation, dict):
-        size, counts = segmentation.get("size"), segmentation.get("counts")
-        sized = isinstance(size, list) and len(size) == 2
-        if not (sized and all(isinstance(v, int) for v in size)):
-            return f"RLE size {size!r} is not [height, width]"
-        if not isinstance(counts, (str, list)):
-            return f"RLE counts {type(counts).__name__} is neither a string nor a list"
-        return None
-    return f"segmentation {type(segmentation).__name__} is neither polygons nor an RLE"
-
-
 def _loads(text: bytes) -> Any:
     """Parsed JSON: orjson's parser when installed (the same values, about 2x faster), else
     the stdlib's."""

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.detection.arrays import IndexArrays
+from datamodules.detection.problems import segmentation_problem
 
 __all__ = ["coco_arrays", "loads_marked", "quiet_gc"]
 
@@ -121,8 +122,6 @@ def _segmentations_fine(segmentations: list[Any]) -> bool:
     """Whether every segmentation is well formed (polygons of 3+ points, an RLE with size and
     counts, or none), checked in bulk."""
     import orjson
-
-    from datamodules.detection.coco import segmentation_problem
 
     marked = [s for s in segmentations if s.__class__ is str]
     others = [s for s in segmentations if s.__class__ is not str]

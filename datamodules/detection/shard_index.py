@@ -33,9 +33,8 @@ from typing import Any
 
 from datamodules.core.build_once import build_once
 from datamodules.detection.arrays import FORMAT_VERSION, AnnotationIndex, IndexBuilder
-from datamodules.detection.coco import segmentation_problem
 from datamodules.detection.index import BESIDE
-from datamodules.detection.problems import AnnotationError, Problems
+from datamodules.detection.problems import AnnotationError, Problems, segmentation_problem
 from datamodules.imaging.decoding import decode_image, decode_image_bytes
 from datamodules.remote.files import is_remote
 from datamodules.remote.listing import cache_root, file_version
