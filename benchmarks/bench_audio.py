@@ -18,7 +18,8 @@ Generates ``--clips`` clips of lognormal length (1-30 s, median about 5 s): half
   efficiency (real samples / batch samples).
 
 Figures: audio seconds per second, medians over ``--repeats``, and the ratios.
-Run: ``python benchmarks/bench_audio.py`` (``--clips 200`` for a quick look).
+Run: ``python benchmarks/bench_audio.py`` (``--clips 200`` for a quick look; ``--data DIR``
+keeps the clips for later runs, ``--only whisper`` or ``--only waveforms`` runs one part).
 """
 
 from __future__ import annotations
@@ -200,30 +201,55 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-duration", type=float, default=120.0)
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="keep the generated clips in this folder and reuse them on later runs "
+        "(generating 2,000 clips takes minutes)",
+    )  # fmt: skip
+    parser.add_argument("--only", choices=("whisper", "waveforms"), default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        manifest, total = make_clips(Path(tmp), args.clips)
+        manifest, total = clips_in(args.data or Path(tmp), args.clips)
         print(f"{args.clips} clips, {total / 3600:.2f} h of audio, {args.workers} workers")
-        ours, _ = timed(lambda: ours_whisper(manifest, args.workers), args.repeats)
-        print(f"whisper features: ours {total / ours:,.0f} audio s/s (features in this process)")
-        table = hf_audio_column(manifest)
-        if table is None:
-            print("  datasets' Audio column: not run (TorchCodec cannot load: no FFmpeg)")
-        else:
-            hf, _ = timed(lambda: hf_whisper(table, args.workers), args.repeats)
-            print(f"  datasets' Audio(sampling_rate=16000) column + collate: {total / hf:,.0f} "
-                  f"audio s/s; ours {hf / ours:.2f}x")  # fmt: skip
-        sf, _ = timed(lambda: soundfile_whisper(manifest, args.workers), args.repeats)
-        print(f"  soundfile + soxr decoding in the same collate: {total / sf:,.0f} audio s/s; "
-              f"ours {sf / ours:.2f}x")  # fmt: skip
-        d = args.max_duration
-        ours, (_, ours_fill) = timed(
-            lambda: ours_waveforms(manifest, args.workers, d), args.repeats
-        )
-        lh, (_, lh_fill) = timed(lambda: lhotse_waveforms(manifest, args.workers, d), args.repeats)
-        print(f"waveforms, max_duration={d}: ours {total / ours:,.0f} audio s/s, lhotse "
-              f"{total / lh:,.0f}: {lh / ours:.2f}x; padding efficiency ours {ours_fill:.3f}, "
-              f"lhotse {lh_fill:.3f}")  # fmt: skip
+        if args.only != "waveforms":
+            whisper_figures(manifest, total, args)
+        if args.only != "whisper":
+            waveform_figures(manifest, total, args)
+
+
+def clips_in(root: Path, n: int) -> tuple[Path, float]:
+    """The clips of :func:`make_clips` in ``root``: made there, or the ones already made."""
+    manifest, made = root / "manifest.jsonl", root / f"made-{n}.json"
+    if made.exists() and manifest.exists():
+        return manifest, json.loads(made.read_text())["seconds"]
+    root.mkdir(parents=True, exist_ok=True)
+    manifest, total = make_clips(root, n)
+    made.write_text(json.dumps({"seconds": total}))
+    return manifest, total
+
+
+def whisper_figures(manifest: Path, total: float, args: argparse.Namespace) -> None:
+    ours, _ = timed(lambda: ours_whisper(manifest, args.workers), args.repeats)
+    print(f"whisper features: ours {total / ours:,.0f} audio s/s (features in this process)")
+    table = hf_audio_column(manifest)
+    if table is None:
+        print("  datasets' Audio column: not run (TorchCodec cannot load: no FFmpeg)")
+    else:
+        hf, _ = timed(lambda: hf_whisper(table, args.workers), args.repeats)
+        print(f"  datasets' Audio(sampling_rate=16000) column + collate: {total / hf:,.0f} "
+              f"audio s/s; ours {hf / ours:.2f}x")  # fmt: skip
+    sf, _ = timed(lambda: soundfile_whisper(manifest, args.workers), args.repeats)
+    print(f"  soundfile + soxr decoding in the same collate: {total / sf:,.0f} audio s/s; "
+          f"ours {sf / ours:.2f}x")  # fmt: skip
+
+
+def waveform_figures(manifest: Path, total: float, args: argparse.Namespace) -> None:
+    d = args.max_duration
+    ours, (_, ours_fill) = timed(lambda: ours_waveforms(manifest, args.workers, d), args.repeats)
+    lh, (_, lh_fill) = timed(lambda: lhotse_waveforms(manifest, args.workers, d), args.repeats)
+    print(f"waveforms, max_duration={d}: ours {total / ours:,.0f} audio s/s, lhotse "
+          f"{total / lh:,.0f}: {lh / ours:.2f}x; padding efficiency ours {ours_fill:.3f}, "
+          f"lhotse {lh_fill:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ The loader sends waveforms (``input_values``); :class:`AudioFeatures` turns them
   are silence, ``log10(1e-10) = -10`` before the clamp, so the STFT runs over the batch's own
   length plus one window of zeros and the remaining frames are filled with that value
   (a 5-second batch costs a sixth of a padded one; the values are the same, frame by frame).
+  A batch of mixed lengths is transformed in groups of similar length (:func:`length_groups`,
+  from its ``lengths``), so a short clip beside a long one costs its own length, not the
+  long one's.
 
 The mel filters are computed here (as ``transformers.audio_utils.mel_filter_bank`` computes
 them with ``norm="slaney", mel_scale="slaney"``), so no transformers import is needed.
@@ -25,13 +28,37 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FEATURES", "AudioFeatures", "mel_filters"]
+__all__ = ["FEATURES", "AudioFeatures", "length_groups", "mel_filters"]
 
 #: What ``features=`` accepts.
 FEATURES = ("waveform", "log_mel", "whisper")
 
 _MIN_LOG_HERTZ, _MIN_LOG_MEL, _LOGSTEP = 1000.0, 15.0, 27.0 / np.log(6.4)
 WHISPER_RATE, WHISPER_SAMPLES, WHISPER_FFT, WHISPER_HOP = 16000, 480000, 400, 160
+#: A clip joins a group of longer clips while the group's longest is at most this many times
+#: its own length (and a second past it): no clip is transformed over more than about 1.5x
+#: its samples, and a batch makes few groups (lengths from 1 to 30 s: at most nine).
+GROUP_RATIO, GROUP_SLACK = 1.5, WHISPER_RATE
+
+
+def length_groups(lengths: list[int], cap: int = WHISPER_SAMPLES) -> list[list[int]]:
+    """Rows of a batch grouped by length, longest first: each group's rows, longest first.
+
+    Lengths past ``cap`` count as ``cap`` (Whisper cuts clips at 30 s). A row joins the
+    current group while the group's longest is within ``GROUP_RATIO`` times the row's length
+    plus ``GROUP_SLACK`` samples.
+    """
+    order = sorted(range(len(lengths)), key=lambda row: -min(lengths[row], cap))
+    groups: list[list[int]] = []
+    longest = 0
+    for row in order:
+        length = min(lengths[row], cap)
+        if groups and longest <= GROUP_RATIO * length + GROUP_SLACK:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+            longest = length
+    return groups
 
 
 def _hertz_to_mel(freq: np.ndarray) -> np.ndarray:
@@ -144,12 +171,28 @@ class AudioFeatures:
         out[..., seen.shape[-1] :] = (floor.clamp(min=-10.0) + 4.0) / 4.0
         return out
 
+    def _whisper_grouped(self, waves: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`_whisper` of each :func:`length_groups` group over the group's own length
+        (the values are the batch's: past its length a clip is zeros either way)."""
+        if lengths is None or waves.shape[0] < 2:
+            return self._whisper(waves)
+        samples = [int(n) for n in lengths.tolist()]
+        groups = length_groups(samples)
+        if len(groups) == 1:
+            return self._whisper(waves)
+        out = waves.new_empty((waves.shape[0], self.n_mels, WHISPER_SAMPLES // self.hop))
+        for rows in groups:
+            longest = max(1, min(samples[rows[0]], waves.shape[-1]))
+            index = torch.tensor(rows, device=waves.device)
+            out[index] = self._whisper(waves[index, :longest])
+        return out
+
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,
         ``feature_lengths``); the rest of the batch stays."""
         waves = batch.pop("input_values").float()
         if self.kind == "whisper":
-            batch["input_features"] = self._whisper(waves)
+            batch["input_features"] = self._whisper_grouped(waves, batch.get("lengths"))
             return batch
         frames = self._power_mel(waves, False).clamp(min=1e-10).log()
         lengths = torch.div(batch["lengths"], self.hop, rounding_mode="floor") + 1

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from datamodules.audio.batches import pad_waveforms
-from datamodules.audio.features import AudioFeatures
+from datamodules.audio.features import AudioFeatures, length_groups
 
 LENGTHS = (0.7, 2.3, 31.0)
 
@@ -56,3 +56,37 @@ def test_log_mel_frames_follow_the_lengths() -> None:
     alone = AudioFeatures("log_mel", 16000, 40)(pad_waveforms(waves[:1]))["input_features"]
     inside = (len(waves[0]) - 200) // 160 + 1  # frames whose window ends within the clip
     torch.testing.assert_close(features[0, :, :inside], alone[0, :, :inside], atol=1e-4, rtol=0)
+
+
+def test_length_groups_bound_each_clips_padding() -> None:
+    second = 16000
+    lengths = [s * second for s in (1, 30, 2, 45, 5, 3, 20, 1)]
+    groups = length_groups(lengths)
+    assert sorted(row for rows in groups for row in rows) == list(range(len(lengths)))
+    # Longest first; past 30 s counts as 30 s; within a group the longest is at most 1.5x
+    # a member's length plus a second.
+    assert groups == [[1, 3, 6], [4, 5], [2, 0, 7]]
+    for rows in groups:
+        longest = min(lengths[rows[0]], 30 * second)
+        assert all(longest <= 1.5 * min(lengths[r], 30 * second) + second for r in rows)
+
+
+def test_whisper_features_of_mixed_lengths_equal_transformers_row_by_row() -> None:
+    """A batch of very different lengths is transformed in groups; each row still equals
+    transformers' features of that clip."""
+    from transformers import WhisperFeatureExtractor
+
+    lengths = (0.7, 12.0, 2.3, 31.0, 4.0, 1.1)
+    rng = np.random.default_rng(1)
+    waves = [
+        (
+            0.3 * np.sin(np.arange(int(s * 16000)) / 7.0)
+            + 0.05 * rng.standard_normal(int(s * 16000))
+        ).astype(np.float32)
+        for s in lengths
+    ]
+    assert len(length_groups([len(w) for w in waves])) > 2
+    expected = WhisperFeatureExtractor()(waves, sampling_rate=16000, return_tensors="np")
+    got = AudioFeatures("whisper", 16000, 80)(pad_waveforms(waves))["input_features"]
+    assert got.shape == (6, 80, 3000)
+    np.testing.assert_allclose(got.numpy(), expected["input_features"], atol=1e-3, rtol=0)
