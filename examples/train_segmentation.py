@@ -17,12 +17,12 @@ which digit classes the mask holds (read from the training masks). AdamW with a 
 schedule. The mean IoU over the 11 classes on the held-out images is printed after each epoch
 and at the end.
 
-Full run (1,500 training images, 300 held-out, 10 epochs): mean IoU 0.642 in 3 min 27 s
-to 3 min 44 s on a shared 2-core machine (load 1.4 to 4, ``OMP_NUM_THREADS=1``; two runs,
-the same figure). This example's earlier form
-(GroupNorm, one or two digits of 12-20 pixels, plain cross entropy) predicted background
-everywhere (0.08): with GroupNorm even a plain digit classifier on the same trunk stayed at
-chance for 5 epochs, with BatchNorm it reached 0.88 held-out accuracy in 4.
+Full run (1,500 training images, 300 held-out, 10 epochs): mean IoU 0.642 in 3 min 27 s to 3
+min 44 s on a shared 2-core machine (load 1.4 to 4, ``OMP_NUM_THREADS=1``; two runs, the same
+figure). This example's earlier form (GroupNorm, one or two digits of 12-20 pixels, plain cross
+entropy) predicted background everywhere (0.08): with GroupNorm even a plain digit classifier
+on the same trunk stayed at chance for 5 epochs, with BatchNorm it reached 0.88 held-out
+accuracy in 4.
 
 Run: ``python examples/train_segmentation.py``, or ``--fast`` (64 images, 1 epoch: a smoke
 run whose figure means nothing).
