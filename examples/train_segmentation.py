@@ -1,20 +1,31 @@
 """Segment handwritten digits pasted on photos with SegmentationDataModule and a tiny U-Net.
 
 The data is generated at run time from what scikit-learn ships (nothing is downloaded):
-backgrounds are random crops of scikit-learn's two sample photos
+backgrounds are random 32 x 32 crops of scikit-learn's two sample photos
 (``sklearn.datasets.load_sample_images()``: a Chinese temple and a flower), and on each one
-or two of scikit-learn's 8 x 8 handwritten digits (``sklearn.datasets.load_digits()``) are
-pasted at a random place and scale (12 to 20 pixels) in a random bright colour. The class mask
+of scikit-learn's 8 x 8 handwritten digits (``sklearn.datasets.load_digits()``) is pasted at
+a random place and scale (16 to 26 pixels) in a random bright colour. The class mask
 is the digit's class + 1 where its strokes are, 0 (background) elsewhere: 11 classes. The
 images and masks are written as PNG files into an image folder and a mask folder per split,
 which is what SegmentationDataModule reads. Held-out images use digits (the handwriting of
 writers) never pasted into a training image.
 
-A small U-Net with an image-level context branch (about 130 k parameters) trains with cross
-entropy (``ignore_index=255``: pixels that the scale-jitter crop padded), and the mean IoU over
-the 11 classes on the held-out images is printed.
+A small U-Net with BatchNorm and an image-level context branch (about 130 k parameters)
+trains with cross entropy (background weighted 0.2, ``ignore_index=255``: pixels that the
+scale-jitter crop padded) plus a soft Dice term, and an auxiliary loss on the context branch:
+which digit classes the mask holds (read from the training masks). AdamW with a one-cycle
+schedule. The mean IoU over the 11 classes on the held-out images is printed after each epoch
+and at the end.
 
-Run: ``python examples/train_segmentation.py``, or ``--fast`` (fewer images and epochs).
+Full run (1,500 training images, 300 held-out, 10 epochs): mean IoU 0.642 in 3 min 27 s to 3
+min 44 s on a shared 2-core machine (load 1.4 to 4, ``OMP_NUM_THREADS=1``; two runs, the same
+figure). This example's earlier form (GroupNorm, one or two digits of 12-20 pixels, plain cross
+entropy) predicted background everywhere (0.08): with GroupNorm even a plain digit classifier
+on the same trunk stayed at chance for 5 epochs, with BatchNorm it reached 0.88 held-out
+accuracy in 4.
+
+Run: ``python examples/train_segmentation.py``, or ``--fast`` (64 images, 1 epoch: a smoke
+run whose figure means nothing).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -47,12 +59,16 @@ CLASSES = 11  # background and the ten digits
 IGNORE = 255
 #: Digits (of scikit-learn's 1,797) that only held-out images use.
 HELD_OUT_DIGITS = 400
+#: The side of a pasted digit, in pixels: ``[low, high)``.
+DIGIT_SIZES = (16, 27)
+#: The weight of the background class in the cross entropy (most pixels are background).
+BACKGROUND_WEIGHT = 0.2
 
 
 def paste_digits(
     photo: np.ndarray, digits: np.ndarray, labels: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A ``SIZE`` x ``SIZE`` crop of ``photo`` with one or two digits pasted, and its mask."""
+    """A ``SIZE`` x ``SIZE`` crop of ``photo`` with one of ``digits`` pasted, and its mask."""
     side = int(rng.integers(SIZE, 3 * SIZE))
     top = int(rng.integers(0, photo.shape[0] - side))
     left = int(rng.integers(0, photo.shape[1] - side))
@@ -60,16 +76,15 @@ def paste_digits(
     image = np.asarray(crop.resize((SIZE, SIZE), Image.BILINEAR), dtype=np.float32)
     image = image * 0.8  # darker backgrounds: bright digits stand out, but not trivially
     mask = np.zeros((SIZE, SIZE), dtype=np.uint8)
-    for _ in range(int(rng.integers(1, 3))):
-        k = int(rng.integers(len(digits)))
-        size = int(rng.integers(12, 21))
-        glyph = Image.fromarray((digits[k] * 255 / 16).astype(np.uint8))
-        alpha = np.asarray(glyph.resize((size, size), Image.BILINEAR), dtype=np.float32) / 255
-        y, x = (int(v) for v in rng.integers(0, SIZE - size, size=2))
-        colour = rng.uniform(150, 255, size=3).astype(np.float32)
-        region = image[y : y + size, x : x + size]
-        region[:] = region * (1 - alpha[..., None]) + colour * alpha[..., None]
-        mask[y : y + size, x : x + size][alpha > 0.5] = int(labels[k]) + 1
+    k = int(rng.integers(len(digits)))
+    size = int(rng.integers(*DIGIT_SIZES))
+    glyph = Image.fromarray((digits[k] * 255 / 16).astype(np.uint8))
+    alpha = np.asarray(glyph.resize((size, size), Image.BILINEAR), dtype=np.float32) / 255
+    y, x = (int(v) for v in rng.integers(0, SIZE - size + 1, size=2))
+    colour = rng.uniform(150, 255, size=3).astype(np.float32)
+    region = image[y : y + size, x : x + size]
+    region[:] = region * (1 - alpha[..., None]) + colour * alpha[..., None]
+    mask[y : y + size, x : x + size][alpha > 0.5] = int(labels[k]) + 1
     return image.round().clip(0, 255).astype(np.uint8), mask
 
 
@@ -92,15 +107,16 @@ def write_split(root: Path, name: str, count: int, digits: Any, seed: int) -> tu
 
 def block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.GroupNorm(4, cout), nn.ReLU(),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.GroupNorm(4, cout), nn.ReLU(),
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
     )  # fmt: skip
 
 
 class TinyUNet(pl.LightningModule):
     """A U-Net of two stages down (16, 32 channels; 64 at 1/4) and two up with skips, plus an
     image-level context (the deepest features max-pooled, as DeepLab's image pooling) that
-    tells every pixel which digit the image holds."""
+    tells every pixel which digit the image holds; ``presence`` reads the digit classes from
+    that context (an auxiliary loss that teaches it digits)."""
 
     def __init__(self, lr: float = 3e-3) -> None:
         super().__init__()
@@ -110,21 +126,31 @@ class TinyUNet(pl.LightningModule):
         self.up2, self.merge2 = nn.ConvTranspose2d(128, 32, 2, stride=2), block(64, 32)
         self.up1, self.merge1 = nn.ConvTranspose2d(32, 16, 2, stride=2), block(32, 16)
         self.head = nn.Conv2d(16, CLASSES, 1)
+        self.presence = nn.Linear(64, CLASSES - 1)
         self.confusion = torch.zeros(CLASSES, CLASSES, dtype=torch.int64)
         self.history: list[float] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)[0]
+
+    def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The class logits ``(B, CLASSES, H, W)`` and the image-level context ``(B, 64)``."""
         a = self.down1(x)
         b = self.down2(nn.functional.max_pool2d(a, 2))
         c = self.deep(nn.functional.max_pool2d(b, 2))
-        context = self.context(c.amax((2, 3)))[:, :, None, None].expand_as(c)
+        pooled = self.context(c.amax((2, 3)))
+        context = pooled[:, :, None, None].expand_as(c)
         x = self.merge2(torch.cat([self.up2(torch.cat([c, context], 1)), b], 1))
         x = self.merge1(torch.cat([self.up1(x), a], 1))
-        return self.head(x)
+        return self.head(x), pooled
 
     def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
-        logits = self(batch["image"])
-        return nn.functional.cross_entropy(logits, batch["mask"], ignore_index=IGNORE)
+        logits, pooled = self.features(batch["image"])
+        mask = batch["mask"]
+        weight = torch.ones(CLASSES, device=logits.device)
+        weight[0] = BACKGROUND_WEIGHT
+        loss = nn.functional.cross_entropy(logits, mask, weight=weight, ignore_index=IGNORE)
+        return loss + dice_loss(logits, mask) + presence_loss(self.presence(pooled), mask)
 
     def validation_step(self, batch: dict[str, torch.Tensor], index: int) -> None:
         predicted = self(batch["image"]).argmax(1)
@@ -140,7 +166,29 @@ class TinyUNet(pl.LightningModule):
         self.confusion.zero_()
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=1e-4)
+        steps = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, self.lr, total_steps=steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def dice_loss(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One minus the soft Dice of each class the batch's masks hold, averaged (``IGNORE``
+    pixels left out): every class counts alike, however few its pixels."""
+    keep = (mask != IGNORE).unsqueeze(1)
+    probs = logits.softmax(1) * keep
+    truth = nn.functional.one_hot(mask.clamp(max=CLASSES - 1), CLASSES).permute(0, 3, 1, 2) * keep
+    inter = (probs * truth).sum((0, 2, 3))
+    total = probs.sum((0, 2, 3)) + truth.sum((0, 2, 3))
+    present = truth.sum((0, 2, 3)) > 0
+    return (1 - (2 * inter[present] + 1) / (total[present] + 1)).mean()
+
+
+def presence_loss(presence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Binary cross entropy of ``presence`` ``(B, CLASSES - 1)`` against the digit classes
+    each mask holds."""
+    held = torch.stack([(mask == k).flatten(1).any(1) for k in range(1, CLASSES)], 1)
+    return nn.functional.binary_cross_entropy_with_logits(presence, held.float())
 
 
 def mean_iou(confusion: torch.Tensor) -> float:
@@ -163,12 +211,13 @@ def main() -> None:
     train_digits = (digits.images[HELD_OUT_DIGITS:], digits.target[HELD_OUT_DIGITS:])
     held_digits = (digits.images[:HELD_OUT_DIGITS], digits.target[:HELD_OUT_DIGITS])
     train_count, held_count = (64, 16) if args.fast else (1500, 300)
-    epochs = args.epochs or (1 if args.fast else 30)
+    epochs = args.epochs or (1 if args.fast else 10)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train = write_split(root, "train", train_count, train_digits, seed=1)
         held = write_split(root, "held-out", held_count, held_digits, seed=2)
-        # Scale jitter and a crop back to 64 (padding masked with IGNORE); no flip: digits
+        # Scale jitter and a crop back to 32 (padding masked with IGNORE); no flip: digits
         # are not mirror-symmetric (the default train transform would flip them).
         fill = {tv_tensors.Image: 0, tv_tensors.Mask: IGNORE}
         jitter = v2.Compose(
@@ -189,7 +238,8 @@ def main() -> None:
         print(f"skipped: {dm.skipped.summary()}")
         print(
             f"held-out images: mean IoU {model.history[-1]:.3f} over {CLASSES} classes "
-            f"({held_count} images, {epochs} epochs on {train_count})"
+            f"({held_count} images, {epochs} epochs on {train_count}, "
+            f"{time.perf_counter() - start:.0f} s)"
         )
 
 
