@@ -420,8 +420,23 @@ class AudioDataModule(BaseDataModule):
         if isinstance(batch, dict) and "input_values" in batch:
             batch = float_waveforms(batch)
             if self.extractor is not None:
-                return self.extractor(batch)
+                return self.extractor(batch, cpu_threads=1 if self._workers_hold_cores() else None)
         return batch
+
+    def _workers_hold_cores(self) -> bool:
+        """Whether the loader of the stage running now (train without a Trainer) has workers:
+        then features on a CPU run on one thread, beside the workers' decoding."""
+        trainer = self._trainer()
+        split = "train"
+        if trainer is not None and not trainer.training:
+            if trainer.sanity_checking or trainer.validating:
+                split = "val"
+            elif trainer.testing:
+                split = "test"
+            elif trainer.predicting:
+                split = "predict"
+        settings = self._settings.get(split)
+        return settings is not None and settings.num_workers > 0
 
     def quotas(self, epoch: int, split: str = "train") -> dict[str, int]:
         """The clips each train Source gives in ``epoch``, by source name (a mixture only)."""

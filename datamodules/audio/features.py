@@ -147,9 +147,10 @@ class AudioFeatures:
         power = real * real + imag * imag
         return (power @ filters).transpose(-1, -2)
 
-    def _whisper(self, waves: torch.Tensor) -> torch.Tensor:
+    def _whisper(self, waves: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Whisper's features of ``waves`` (B, T), zero beyond each clip: the frames that
         see audio (up to one window past the batch's length) from the STFT, the rest silence.
+        Written into ``out`` (B, n_mels, 3000) where given.
         """
         frames = WHISPER_SAMPLES // self.hop  # 3000: Whisper leaves out the last one
         # Enough zeros after the longest clip that the STFT's reflected end is zeros too, and
@@ -164,7 +165,8 @@ class AudioFeatures:
         if seen.shape[-1] < frames:
             peak = peak.clamp(min=-10.0)
         floor = peak - 8.0
-        out = torch.empty((*seen.shape[:-1], frames), dtype=seen.dtype, device=seen.device)
+        if out is None:
+            out = torch.empty((*seen.shape[:-1], frames), dtype=seen.dtype, device=seen.device)
         head = out[..., : seen.shape[-1]]
         torch.maximum(seen, floor, out=head)
         head.add_(4.0).div_(4.0)
@@ -172,24 +174,48 @@ class AudioFeatures:
         return out
 
     def _whisper_grouped(self, waves: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`_whisper` of each :func:`length_groups` group over the group's own length
-        (the values are the batch's: past its length a clip is zeros either way)."""
+        """:meth:`_whisper` of each clip over its own length (on a CPU, where a call costs
+        little), or of each :func:`length_groups` group over the group's (elsewhere, where
+        each call is a kernel launch): the values are the batch's, since past its length a
+        clip is zeros either way."""
         if lengths is None or waves.shape[0] < 2:
             return self._whisper(waves)
-        samples = [int(n) for n in lengths.tolist()]
+        samples = [max(1, min(int(n), waves.shape[-1])) for n in lengths.tolist()]
+        out = waves.new_empty((waves.shape[0], self.n_mels, WHISPER_SAMPLES // self.hop))
+        if waves.device.type == "cpu":
+            for row, length in enumerate(samples):
+                self._whisper(waves[row : row + 1, :length], out[row : row + 1])
+            return out
         groups = length_groups(samples)
         if len(groups) == 1:
             return self._whisper(waves)
-        out = waves.new_empty((waves.shape[0], self.n_mels, WHISPER_SAMPLES // self.hop))
         for rows in groups:
-            longest = max(1, min(samples[rows[0]], waves.shape[-1]))
             index = torch.tensor(rows, device=waves.device)
-            out[index] = self._whisper(waves[index, :longest])
+            out[index] = self._whisper(waves[index, : samples[rows[0]]])
         return out
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, batch: dict[str, Any], cpu_threads: int | None = None) -> dict[str, Any]:
         """Replaces ``input_values`` with ``input_features`` (and, for ``"log_mel"``,
-        ``feature_lengths``); the rest of the batch stays."""
+        ``feature_lengths``); the rest of the batch stays.
+
+        Args:
+            batch: A batch of :func:`~datamodules.audio.batches.pad_waveforms`' keys.
+            cpu_threads: On a CPU, at most this many torch threads for the features (the
+                process's setting is restored after). Where loader workers hold the cores,
+                more threads only wait for them: 1 there used about a third of the CPU time
+                of 2 over an epoch (see the benchmarks page).
+        """
+        waves = batch["input_values"]
+        threads = torch.get_num_threads()
+        if waves.device.type == "cpu" and cpu_threads is not None and threads > cpu_threads:
+            torch.set_num_threads(cpu_threads)
+            try:
+                return self._features(batch)
+            finally:
+                torch.set_num_threads(threads)
+        return self._features(batch)
+
+    def _features(self, batch: dict[str, Any]) -> dict[str, Any]:
         waves = batch.pop("input_values").float()
         if self.kind == "whisper":
             batch["input_features"] = self._whisper_grouped(waves, batch.get("lengths"))

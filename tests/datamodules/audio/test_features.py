@@ -90,3 +90,51 @@ def test_whisper_features_of_mixed_lengths_equal_transformers_row_by_row() -> No
     got = AudioFeatures("whisper", 16000, 80)(pad_waveforms(waves))["input_features"]
     assert got.shape == (6, 80, 3000)
     np.testing.assert_allclose(got.numpy(), expected["input_features"], atol=1e-3, rtol=0)
+
+
+class ThreadsSeen(AudioFeatures):
+    """Records the torch threads its features ran on."""
+
+    seen: list[int]
+
+    def _features(self, batch: dict) -> dict:
+        self.seen.append(torch.get_num_threads())
+        return super()._features(batch)
+
+
+def test_cpu_threads_caps_the_features_and_restores_the_setting() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        features = ThreadsSeen("whisper", 16000, 80)
+        features.seen = []
+        features(pad_waveforms(clips((0.5, 1.0, 0.7))), cpu_threads=1)
+        features(pad_waveforms(clips((0.5, 1.0, 0.7))))
+        assert features.seen == [1, 2]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("workers", "capped"), [(0, False), (2, True)])
+def test_features_run_on_one_thread_where_loader_workers_hold_the_cores(
+    tmp_path, workers: int, capped: bool
+) -> None:
+    import soundfile
+
+    from datamodules import AudioDataModule
+
+    soundfile.write(tmp_path / "a.wav", clips((0.5, 0.6, 0.7))[0], 16000)
+    (tmp_path / "m.jsonl").write_text('{"audio_filepath": "a.wav"}\n')
+    dm = AudioDataModule(tmp_path / "m.jsonl", features="whisper", val_split=0, num_workers=workers)
+    dm.extractor = ThreadsSeen("whisper", 16000, 80)
+    dm.extractor.seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        (batch,) = list(dm.train_dataloader())
+        features = dm.on_after_batch_transfer(batch, 0)["input_features"]
+        assert features.shape == (1, 80, 3000)
+        assert dm.extractor.seen == [1 if capped else 2]
+    finally:
+        torch.set_num_threads(before)
