@@ -13,9 +13,9 @@ The loader sends waveforms (``input_values``); :class:`AudioFeatures` turns them
   are silence, ``log10(1e-10) = -10`` before the clamp, so the STFT runs over the batch's own
   length plus one window of zeros and the remaining frames are filled with that value
   (a 5-second batch costs a sixth of a padded one; the values are the same, frame by frame).
-  A batch of mixed lengths is transformed in groups of similar length (:func:`length_groups`,
-  from its ``lengths``), so a short clip beside a long one costs its own length, not the
-  long one's.
+  A batch of mixed lengths is transformed clip by clip on a CPU, and in groups of similar
+  length elsewhere (:func:`length_groups`, from its ``lengths``), so a short clip beside a
+  long one costs about its own length, not the long one's.
 
 The mel filters are computed here (as ``transformers.audio_utils.mel_filter_bank`` computes
 them with ``norm="slaney", mel_scale="slaney"``), so no transformers import is needed.
