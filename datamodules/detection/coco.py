@@ -20,8 +20,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from datamodules.core.gc_pause import paused_gc
 from datamodules.detection.arrays import IndexArrays, IndexBuilder
-from datamodules.detection.coco_arrays import coco_arrays, loads_marked, quiet_gc
+from datamodules.detection.coco_arrays import coco_arrays, loads_marked
 from datamodules.detection.problems import AnnotationError, Problems, segmentation_problem
 
 __all__ = ["coco_classes", "parse_coco"]
@@ -119,7 +120,7 @@ def parse_coco(
     """
     text = _read(path)
     folder = images if images is not None else os.path.dirname(os.path.abspath(path))
-    with quiet_gc():
+    with paused_gc():
         marked = loads_marked(text) if bulk else None
         if isinstance(marked, dict) and isinstance(marked.get("images"), list):
             _, names, label_of = _labels(marked, path, classes)

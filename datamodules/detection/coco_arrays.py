@@ -18,9 +18,8 @@ checked; without it they are neither read nor kept (an index for boxes only).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -30,23 +29,10 @@ import numpy as np
 from datamodules.detection.arrays import IndexArrays
 from datamodules.detection.problems import segmentation_problem
 
-__all__ = ["coco_arrays", "loads_marked", "quiet_gc"]
+__all__ = ["coco_arrays", "loads_marked"]
 
 _INTS = frozenset((int,))
 _NUMBERS = frozenset((int, float))
-
-
-@contextlib.contextmanager
-def quiet_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: parsing a large JSON file makes millions of
-    containers, and the collector's passes over them cost about twice the parse."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def loads_marked(raw: bytes) -> Any:

@@ -30,8 +30,6 @@ shard's first piece from its beginning: one shard per worker and epoch).
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import json
 import os
 import posixpath
@@ -40,6 +38,7 @@ from operator import itemgetter, methodcaller
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from datamodules.core.gc_pause import paused_gc
 from datamodules.remote.files import is_remote, local_path
 from datamodules.shards.formats import TABLE_FORMATS, detect_format
 from datamodules.shards.shard_index import ShardIndex
@@ -68,19 +67,6 @@ PROBLEMS = 5
 _WIDS_KEYS = {"url", "nsamples", "filesize", "md5sum", "name", "weight", "dataset", "source_url"}
 #: What makes a URL not simply appended to its base: a scheme, an absolute path, ``.`` / ``..``.
 _NOT_SIMPLE = (":", "//", "\\", "/.", "\n.", "\n/")
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused while millions of small containers are built (each
-    full collection would walk all of them again: the most of the time at a million shards)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def is_index_spec(spec: str) -> bool:
