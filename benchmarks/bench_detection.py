@@ -7,24 +7,30 @@ handwritten digits (``load_digits``, upscaled and coloured; classes ``0``-``9``)
 shapes (``ellipse``, ``triangle``, ``rectangle``), each with its box and its outline as a COCO
 polygon. ``--images`` JPEGs (quality 90) and one COCO JSON file.
 
-The two pipelines, batch 8, random order, the same transform (a horizontal flip with
-probability 0.5; boxes kept XYXY, images ``uint8``; no resize, as torchvision's references
-leave the resize to the model):
+The two pipelines, batch 8, random order, the training transform of torchvision's detection
+references (their ``DetectionPresetTrain(data_augmentation="hflip")``: a horizontal flip with
+probability 0.5, boxes XYXY; no resize, as torchvision's models resize inside):
 
-* ours: ``DetectionDataModule(json, group_by_aspect_ratio=3, masks=...)`` and its train loader;
-* the reference, as torchvision's ``references/detection`` builds it:
-  ``torchvision.datasets.CocoDetection`` + ``wrap_dataset_for_transforms_v2`` (target keys
-  boxes, labels, image_id, and masks with ``--masks``) + ``v2.Compose([PILToTensor(),
-  RandomHorizontalFlip(0.5), SanitizeBoundingBoxes(), ToPureTensor()])``, aspect-ratio
-  grouping (their ``GroupedBatchSampler`` over a ``RandomSampler`` with
-  ``create_aspect_ratio_groups(k=3)``, written out below from
-  ``references/detection/group_by_aspect_ratio.py``) and ``collate_fn=lambda b:
-  tuple(zip(*b))``.
+* ours: ``DetectionDataModule(json, group_by_aspect_ratio=3, masks=...)`` and its train loader,
+  whose default transform is that flip. Its images are ``uint8``: the DataModule turns them into
+  floats in [0, 1] on the device (``on_after_batch_transfer``). Measured twice: the loader
+  alone (what a GPU run waits for), and the loader with that device step run here, on this
+  machine's CPU, in the main process;
+* the reference, as torchvision's ``references/detection`` builds it (``--backend pil
+  --use-v2``): ``torchvision.datasets.CocoDetection`` + ``wrap_dataset_for_transforms_v2``
+  (target keys boxes, labels, image_id, and masks with ``--masks``) + their preset,
+  ``v2.Compose([RandomHorizontalFlip(0.5), ToImage(), ToDtype(torch.float, scale=True),
+  ConvertBoundingBoxFormat("XYXY"), SanitizeBoundingBoxes(), ToPureTensor()])`` (the flip on
+  the PIL image, the float conversion in the loader), aspect-ratio grouping (their
+  ``GroupedBatchSampler`` over a ``RandomSampler`` with ``create_aspect_ratio_groups(k=3)``,
+  written out below from ``references/detection/group_by_aspect_ratio.py``) and
+  ``collate_fn=lambda b: tuple(zip(*b))``.
 
 Figures, each from this one run (medians over ``--repeats``):
 
 1. **Images per second** over an epoch, 0 and 2 workers (``--workers``), with and without
-   masks: ours over the reference's. Bar: ours at least 2.5x.
+   masks: ours over the reference's, both as floats in [0, 1]; ours with the device step
+   counted on this CPU, and without it. Bar: ours at least 2.5x.
 2. **Annotation loading** of a COCO-scale file (``--coco-images`` images, about 7.3 objects
    each with a polygon: 118k and 860k by default, as COCO train2017; empty image files, as our
    index checks that each image exists): our first setup (parsing, writing the index) against
@@ -230,12 +236,13 @@ def _collate(batch: list[Any]) -> tuple:
 
 def reference_loader(path: Path, masks: bool, workers: int) -> Any:
     import torch
-    from torchvision import datasets
+    from torchvision import datasets, tv_tensors
     from torchvision.transforms import v2
 
     transforms = v2.Compose([
-        v2.PILToTensor(), v2.RandomHorizontalFlip(0.5), v2.SanitizeBoundingBoxes(),
-        v2.ToPureTensor(),
+        v2.RandomHorizontalFlip(0.5), v2.ToImage(), v2.ToDtype(torch.float, scale=True),
+        v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        v2.SanitizeBoundingBoxes(), v2.ToPureTensor(),
     ])  # fmt: skip
     dataset = datasets.CocoDetection(str(path.parent), str(path), transforms=transforms)
     keys = ["boxes", "labels", "image_id"] + (["masks"] if masks else [])
@@ -247,7 +254,7 @@ def reference_loader(path: Path, masks: bool, workers: int) -> Any:
     )
 
 
-def our_loader(path: Path, masks: bool, workers: int, cache: Path) -> Any:
+def our_module(path: Path, masks: bool, workers: int, cache: Path) -> Any:
     from datamodules import DetectionDataModule
 
     dm = DetectionDataModule(
@@ -255,7 +262,11 @@ def our_loader(path: Path, masks: bool, workers: int, cache: Path) -> Any:
         num_workers=workers, persistent_workers=False, cache=cache,
     )  # fmt: skip
     dm.setup("fit")
-    return dm.train_dataloader()
+    return dm
+
+
+def our_loader(path: Path, masks: bool, workers: int, cache: Path) -> Any:
+    return our_module(path, masks, workers, cache).train_dataloader()
 
 
 # --------------------------------------------------------------------------- measuring
@@ -284,8 +295,11 @@ def read(images: Any, targets: Any) -> int:
     return total
 
 
-def epoch(loader: Any, memory: bool = False) -> tuple[int, float, list[tuple[int, int]]]:
-    """Images delivered, seconds, and per worker (USS after the first batch, at the last)."""
+def epoch(
+    loader: Any, memory: bool = False, finish: Any = None
+) -> tuple[int, float, list[tuple[int, int]]]:
+    """Images delivered, seconds, and per worker (USS after the first batch, at the last).
+    ``finish``: run on each batch as it arrives (our device step, here on the CPU)."""
     import psutil
 
     me = psutil.Process()
@@ -293,7 +307,10 @@ def epoch(loader: Any, memory: bool = False) -> tuple[int, float, list[tuple[int
     start = time.perf_counter()
     iterator = iter(loader)
     batches = len(loader)
-    for n, (batch_images, targets) in enumerate(iterator):
+    for n, batch in enumerate(iterator):
+        if finish is not None:
+            batch = finish(batch)
+        batch_images, targets = batch
         images += len(batch_images)
         if memory:
             read(batch_images, targets)
@@ -309,20 +326,26 @@ def throughput(args: argparse.Namespace, path: Path, cache: Path) -> list[str]:
     lines = []
     for masks in (False, True):
         for workers in args.workers:
-            rates: dict[str, list[float]] = {"ours": [], "reference": []}
+            rates: dict[str, list[float]] = {"ours": [], "ours+device": [], "reference": []}
             for _ in range(args.repeats):
                 for name in rates:
-                    loader = (
-                        our_loader(path, masks, workers, cache)
-                        if name == "ours"
-                        else reference_loader(path, masks, workers)
-                    )
-                    images, seconds, _ = epoch(loader)
+                    finish = None
+                    if name == "reference":
+                        loader = reference_loader(path, masks, workers)
+                    else:
+                        dm = our_module(path, masks, workers, cache)
+                        loader = dm.train_dataloader()
+                        if name == "ours+device":
+                            finish = lambda batch, dm=dm: dm.on_after_batch_transfer(batch, 0)  # noqa: E731
+                    images, seconds, _ = epoch(loader, finish=finish)
                     rates[name].append(images / seconds)
-            ours, ref = statistics.median(rates["ours"]), statistics.median(rates["reference"])
+            ours, device, ref = (
+                statistics.median(rates[k]) for k in ("ours", "ours+device", "reference")
+            )
             lines.append(
-                f"masks={masks!s:5} workers={workers}: ours {ours:8.1f} img/s, reference "
-                f"{ref:8.1f} img/s, ours/reference {ours / ref:5.2f}x (bar >= 2.5x)"
+                f"masks={masks!s:5} workers={workers}: reference {ref:7.1f} img/s; ours "
+                f"{ours:7.1f} img/s, {ours / ref:5.2f}x (bar >= 2.5x); with the device step on "
+                f"this CPU {device:7.1f} img/s, {device / ref:5.2f}x"
             )
             print(lines[-1], flush=True)
     return lines

@@ -29,8 +29,9 @@ from datamodules.core.heap import keep_mmap_threshold
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.collate import collate_torchvision
-from datamodules.detection.masks import object_mask, require_pycocotools
+from datamodules.detection.masks import object_mask, object_masks, require_pycocotools
 from datamodules.detection.scaling import DecodePlanner, scale_segmentation
+from datamodules.imaging.decoding import decode_image_bytes, read_image_file
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
 
@@ -84,6 +85,26 @@ def default_transforms(
     return steps[0] if len(steps) == 1 else v2.Compose(steps)
 
 
+def _lone_flip(transform: Any) -> float | None:
+    """``p`` of a transform that is only a ``v2.RandomHorizontalFlip``, 0.0 for no transform,
+    None for any other."""
+    if transform is None:
+        return 0.0
+    if type(transform) is v2.RandomHorizontalFlip:
+        return float(transform.p)
+    return None
+
+
+def _flipped(boxes: np.ndarray, width: int) -> np.ndarray:
+    """XYXY ``boxes`` mirrored on an image ``width`` wide, as ``v2.functional.horizontal_flip``
+    moves them (``x' = width - x``, the corners swapped)."""
+    mirrored = np.empty_like(boxes)
+    mirrored[:, 0] = np.float32(width) - boxes[:, 2]
+    mirrored[:, 2] = np.float32(width) - boxes[:, 0]
+    mirrored[:, 1], mirrored[:, 3] = boxes[:, 1], boxes[:, 3]
+    return mirrored
+
+
 def _boxes(values: np.ndarray, height: int, width: int) -> tv_tensors.BoundingBoxes:
     return tv_tensors.BoundingBoxes(
         torch.from_numpy(values).reshape(-1, 4), format="XYXY", canvas_size=(height, width)
@@ -133,11 +154,17 @@ class DetectionBatchView(SplitView):
         self.masks = masks
         if masks:
             require_pycocotools()
+        #: The flip's probability where the transform is a lone ``v2.RandomHorizontalFlip``
+        #: (the default in training), 0.0 where there is none: such a split takes the fused
+        #: path of :meth:`_decode_flipped`; None for any other transform.
+        self.flip = _lone_flip(transform) if not self.decoder.sizes else None
         #: Boxes dropped in this process because a transform left them without area.
         self.dropped = 0
 
     def sample(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Image ``i`` of the index and its target, transformed."""
+        if self.flip is not None:
+            return self._sample_flipped(i)
         index = self.index
         if self.read_image is not None and index.meta.get("images") == "shards":
             image, output, full = self.decoder.decode_data(*self.read_image.data(index, i))
@@ -147,13 +174,7 @@ class DetectionBatchView(SplitView):
         boxes, labels, crowd = index.objects(i)
         if full is not None:  # the exact factors the DCT scale applied (it rounds sizes up)
             boxes = boxes * np.array([width / full[1], height / full[0]] * 2, dtype=np.float32)
-        rows = np.arange(index.rows(i).start, index.rows(i).stop)
-        target: dict[str, Any] = {"image_id": int(index.image_ids[i])}
-        if self.crowd == "ignore":
-            target["crowd_boxes"] = _boxes(boxes[crowd], height, width)
-            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
-        elif self.crowd == "drop":
-            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
+        target, boxes, labels, rows, crowd = self._target(i, boxes, labels, crowd, (height, width))
         target["boxes"] = _boxes(boxes, height, width)
         target["labels"] = torch.from_numpy(labels + 1)
         target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
@@ -165,6 +186,70 @@ class DetectionBatchView(SplitView):
             image, target = self.transform(tv_tensors.Image(image), target)
         return self._sanitized(image, target)
 
+    def _target(
+        self, i: int, boxes: np.ndarray, labels: np.ndarray, crowd: np.ndarray,
+        size: tuple[int, int], flip: bool = False,
+    ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Image ``i``'s target so far (``image_id``, ``crowd_boxes`` under ``"ignore"``, the
+        latter mirrored with ``flip``), and its boxes, labels, rows and crowd flags once the
+        ``crowd`` rule has taken out what it takes out. ``size``: the image's (height, width).
+        """
+        height, width = size
+        rows = np.arange(self.index.rows(i).start, self.index.rows(i).stop)
+        target: dict[str, Any] = {"image_id": int(self.index.image_ids[i])}
+        if self.crowd == "ignore":
+            placed = _flipped(boxes[crowd], width) if flip else boxes[crowd]
+            target["crowd_boxes"] = _boxes(placed, height, width)
+        if self.crowd in ("ignore", "drop"):
+            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
+        return target, boxes, labels, rows, crowd
+
+    def _sample_flipped(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """:meth:`sample` where the transform is a lone horizontal flip (or none): the flip
+        done as the sample is built, the boxes clamped and checked in NumPy. The sample
+        equals the transform's, for a fraction of the work."""
+        image, flip = self._decode_flipped(i)
+        height, width = image.shape[-2:]
+        boxes, labels, crowd = self.index.objects(i)
+        size = (height, width)
+        target, boxes, labels, rows, crowd = self._target(i, boxes, labels, crowd, size, flip)
+        placed = _flipped(boxes, width) if flip else boxes
+        clamped = np.empty_like(placed)
+        np.clip(placed[:, 0::2], 0, width, out=clamped[:, 0::2])
+        np.clip(placed[:, 1::2], 0, height, out=clamped[:, 1::2])
+        wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
+        keep = (wide > 0) & (high > 0)
+        if not keep.all():
+            self.dropped += int((~keep).sum())
+            clamped, wide, high = clamped[keep], wide[keep], high[keep]
+            boxes, labels, rows, crowd = boxes[keep], labels[keep], rows[keep], crowd[keep]
+        target["boxes"] = _boxes(clamped, height, width)
+        target["labels"] = torch.from_numpy(labels + 1)
+        target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
+        if self.masks:
+            target["masks"] = self._masks(rows, boxes, height, width, flip=flip)
+        target["area"] = torch.from_numpy(wide * high)
+        return image, target
+
+    def _decode_flipped(self, i: int) -> tuple[torch.Tensor, bool]:
+        """Image ``i`` for a split whose transform is a lone horizontal flip (or none), and
+        whether it was flipped. The random draw is the flip's own (``torch.rand(1) < p``); the
+        image keeps the decoder's interleaved layout (strides ``(1, 3 * W, 3)``, as
+        ``torchvision.io.decode_jpeg`` gives it), uncopied, or mirrored in one copy. The boxes
+        and masks are then flipped as they are built: the sample equals the one the
+        transform gives, for a fraction of the work."""
+        index = self.index
+        if self.read_image is not None and index.meta.get("images") == "shards":
+            data, name = self.read_image.data(index, i)
+        else:
+            name = index.image_path(i)
+            data = read_image_file(name)
+        image = decode_image_bytes(data, name=name, channels_last=True)
+        flip = self.transform is not None and bool(torch.rand(1) < self.flip)
+        if flip:
+            image = image.permute(1, 2, 0).flip(1).permute(2, 0, 1)
+        return image, flip
+
     def _masks(
         self,
         rows: np.ndarray,
@@ -173,22 +258,27 @@ class DetectionBatchView(SplitView):
         width: int,
         full: tuple[int, int] | None = None,
         size: tuple[int, int] | None = None,
+        *,
+        flip: bool = False,
     ) -> tv_tensors.Mask:
         """The masks of the objects whose ``boxes`` lie on a ``height`` x ``width`` image.
 
         ``full``: the size the annotations were made for, when the image was decoded smaller;
         ``size``: draw the masks at this size instead (the size the image is resized to next:
-        polygons are scaled to it, RLE decoded in full and resized to it as ``"full"`` would).
+        polygons are scaled to it, RLE decoded in full and resized to it as ``"full"`` would);
+        ``flip``: mirror them left-right (only with ``full`` None).
         """
         coco = require_pycocotools()
         index = self.index
+        segmentations = [index.segmentation(int(row)) for row in rows]
+        if full is None:
+            return tv_tensors.Mask(
+                torch.from_numpy(object_masks(segmentations, boxes, height, width, coco, flip=flip))
+            )
         out_h, out_w = size or (height, width)
         found = []
-        for row, box in zip(rows, boxes, strict=True):
-            segmentation = index.segmentation(int(row))
-            if full is None:
-                found.append(object_mask(segmentation, box, height, width, coco))
-            elif segmentation is None:
+        for segmentation, box in zip(segmentations, boxes, strict=True):
+            if segmentation is None:
                 on = box * np.array([out_w / width, out_h / height] * 2, dtype=np.float32)
                 found.append(object_mask(None, on, out_h, out_w, coco))
             elif isinstance(segmentation, list):
@@ -200,8 +290,7 @@ class DetectionBatchView(SplitView):
                     mask[None], [out_h, out_w], v2.InterpolationMode.NEAREST
                 )
                 found.append(resized[0].numpy())
-        height, width = out_h, out_w
-        stacked = np.stack(found) if found else np.zeros((0, height, width), dtype=np.uint8)
+        stacked = np.stack(found) if found else np.zeros((0, out_h, out_w), dtype=np.uint8)
         return tv_tensors.Mask(torch.from_numpy(stacked))
 
     def _sanitized(self, image: Any, target: dict[str, Any]) -> tuple[torch.Tensor, dict]:
@@ -212,15 +301,21 @@ class DetectionBatchView(SplitView):
         clamped[:, 1::2].clamp_(0, height)
         wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
         keep = (wide > 0) & (high > 0)
-        self.dropped += int((~keep).sum())
+        dropped = int((~keep).sum())
+        self.dropped += dropped
+        area = wide * high
+        if dropped:  # indexing copies (the masks' stack included): only when a box goes
+            clamped, area = clamped[keep], area[keep]
+            target["labels"] = target["labels"][keep]
+            target["iscrowd"] = target["iscrowd"][keep]
+            if "masks" in target:
+                target["masks"] = tv_tensors.Mask(target["masks"].as_subclass(torch.Tensor)[keep])
         target["boxes"] = tv_tensors.BoundingBoxes(
-            clamped[keep], format="XYXY", canvas_size=(height, width)
+            clamped, format="XYXY", canvas_size=(height, width)
         )
-        target["labels"] = target["labels"][keep]
-        target["iscrowd"] = target["iscrowd"][keep]
-        if "masks" in target:
-            target["masks"] = tv_tensors.Mask(target["masks"].as_subclass(torch.Tensor)[keep])
-        target["area"] = (wide * high)[keep]
+        if "masks" in target and type(target["masks"]) is not tv_tensors.Mask:
+            target["masks"] = tv_tensors.Mask(target["masks"])
+        target["area"] = area
         if "crowd_boxes" in target:
             crowd = target["crowd_boxes"].as_subclass(torch.Tensor)
             target["crowd_boxes"] = tv_tensors.BoundingBoxes(

@@ -112,6 +112,11 @@ class DecodePlanner:
                     "int >= 1 or (height, width), the smallest image the transform needs."
                 ) from None
 
+    @property
+    def sizes(self) -> bool:
+        """Whether images may decode at a reduced scale (a planned resize, a declared size)."""
+        return self.plans or self.declared is not None
+
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """The size the pipeline's resize gives an image of this (full) size."""
         if self.resize is not None:

@@ -92,3 +92,64 @@ def test_masks_move_with_a_flip_and_train_a_mask_rcnn(tmp_path: Path) -> None:
 def test_masks_only_in_the_torchvision_format(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="masks"):
         DetectionDataModule(str(tmp_path / "a.json"), masks=True, batch_format="hf")
+
+
+def random_segmentation(rng: np.random.Generator, height: int, width: int, case: int) -> object:
+    """Polygons (one or two; some with a repeated point, points on the half pixel or outside
+    the image) or an RLE, compressed or not, of random pixels."""
+    if case % 4 == 3:
+        pixels = (rng.random((height, width)) < rng.random()).astype(np.uint8)
+        rle = mask_api.encode(np.asfortranarray(pixels))
+        if case % 8 == 3:
+            return {"size": [height, width], "counts": rle["counts"].decode()}
+        flat = np.concatenate(([0], pixels.reshape(-1, order="F"), [2]))
+        changes = np.flatnonzero(flat[1:] != flat[:-1])  # run boundaries, zeros first
+        counts = np.diff(np.concatenate(([0], changes)))
+        return {"size": [height, width], "counts": counts.tolist()}
+    polygons = []
+    for _ in range(int(rng.integers(1, 3))):
+        points = rng.uniform(-10, max(height, width) + 10, (int(rng.integers(3, 9)), 2))
+        if case % 5 == 0:
+            points = np.round(points * 10) / 10
+        if case % 7 == 0:
+            points[1] = points[0]  # a repeated point
+        if case % 11 == 0:
+            points = np.round(points) + 0.5
+        polygons.append(points.reshape(-1).tolist())
+    return polygons
+
+
+def test_drawn_masks_equal_pycocotools_decode_also_mirrored() -> None:
+    from datamodules.detection.masks import fill_object_mask
+
+    rng = np.random.default_rng(7)
+    kinds = set()
+    for case in range(600):
+        height, width = (int(v) for v in rng.integers(1, 70, 2))
+        segmentation = random_segmentation(rng, height, width, case)
+        if isinstance(segmentation, list):
+            rle = mask_api.merge(mask_api.frPyObjects(segmentation, height, width))
+        elif isinstance(segmentation["counts"], list):
+            rle = mask_api.frPyObjects(segmentation, height, width)
+        else:
+            rle = {**segmentation, "counts": segmentation["counts"].encode()}
+        expected = mask_api.decode(rle)
+        kinds.add(kind_of(segmentation))
+        for flip in (False, True):
+            mask = np.zeros((height, width), np.uint8)
+            fill_object_mask(mask, segmentation, np.zeros(4), mask_api, flip=flip)
+            assert np.array_equal(mask, expected[:, ::-1] if flip else expected), (case, flip)
+    assert kinds == {"polygons", "compressed RLE", "RLE"}
+
+
+def test_an_uncompressed_rle_and_one_of_the_wrong_size() -> None:
+    from datamodules.detection.masks import fill_object_mask
+
+    segmentation = {"size": [5, 4], "counts": [6, 2, 3, 2, 7]}  # column-major runs
+    mask = np.zeros((5, 4), np.uint8)
+    fill_object_mask(mask, segmentation, np.zeros(4), mask_api)
+    expected = np.zeros((5, 4), np.uint8)
+    expected[1:3, 1:3] = 1  # positions 6, 7 and 11, 12: rows 1-2 of columns 1 and 2
+    assert np.array_equal(mask, expected)
+    with pytest.raises(ValueError, match="RLE of 20 pixels does not fit an image of 5x5"):
+        fill_object_mask(np.zeros((5, 5), np.uint8), segmentation, np.zeros(4), mask_api)
