@@ -20,14 +20,17 @@ from typing import Any
 import torch
 
 __all__ = [
+    "NUMPY_DTYPES",
     "InlineTensor",
     "LocalBuffers",
-    "NUMPY_DTYPES",
+    "SubclassTensor",
     "contiguous_strides",
     "dense_strides",
+    "is_plain_subclass",
     "local_buffers",
     "nbytes_of",
     "rebuild_inline",
+    "rebuild_subclass",
     "tensor_on",
     "use_count",
 ]
@@ -78,6 +81,40 @@ class InlineTensor:
 
     def __reduce__(self):
         return rebuild_inline, self.args
+
+
+class SubclassTensor:
+    """A tensor subclass (torchvision's ``tv_tensors``: ``BoundingBoxes``, ``Mask``, ...)
+    crossing the queue as its plain tensor, exported like any other, and its attributes;
+    rebuilt with ``as_subclass``, as its own pickling would rebuild it."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, plain: Any, kind: type, attributes: dict[str, Any]) -> None:
+        self.args = (plain, kind, attributes)
+
+    def __reduce__(self):
+        return rebuild_subclass, self.args
+
+
+def rebuild_subclass(plain: torch.Tensor, kind: type, attributes: dict[str, Any]) -> Any:
+    """The :class:`SubclassTensor` on this side: ``plain`` as ``kind``, its attributes set."""
+    tensor = plain.as_subclass(kind)
+    tensor.__dict__.update(attributes)
+    return tensor
+
+
+def is_plain_subclass(tensor: Any) -> bool:
+    """A tensor subclass that pickles as its plain tensor and its ``__dict__`` (no
+    ``Parameter``, no pickling of its own): what :class:`SubclassTensor` can carry."""
+    kind = type(tensor)
+    return (
+        isinstance(tensor, torch.Tensor)
+        and kind is not torch.Tensor
+        and not isinstance(tensor, torch.nn.Parameter)
+        and kind.__reduce_ex__ is torch.Tensor.__reduce_ex__
+        and getattr(kind, "__setstate__", None) is getattr(torch.Tensor, "__setstate__", None)
+    )
 
 
 NUMPY_DTYPES = frozenset(

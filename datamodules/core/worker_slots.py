@@ -19,7 +19,9 @@ import torch
 
 from datamodules.core.tensor_memory import (
     InlineTensor,
+    SubclassTensor,
     dense_strides,
+    is_plain_subclass,
     nbytes_of,
     tensor_on,
     use_count,
@@ -98,10 +100,12 @@ class WorkerSlots:
         self.slots: list[_Slot] = []
         self.tickets = pool.tickets.numpy()[worker]
         self.counts = pool.counts.numpy()[worker]
-        #: During one export: where each private tensor goes (slot, byte offset), and the
-        #: ticket of each slot already sent in this batch.
+        #: During one export: where each private tensor goes (slot, byte offset), the
+        #: ticket of each slot already sent in this batch, and the plain tensor of each
+        #: tensor subclass (by the subclass object's id).
         self._placed: dict[int, tuple[int, int]] = {}
         self._sent_now: dict[int, int] = {}
+        self._plain: dict[int, torch.Tensor] = {}
 
     def _next_ticket(self) -> int:
         self.sent += 1
@@ -150,6 +154,7 @@ class WorkerSlots:
         packed text batch's five, takes one slot rather than one each.
         """
         private: list[torch.Tensor] = []
+        self._plain = {}
         self._collect(value, private)
         self._placed = {}
         self._sent_now = {}
@@ -168,6 +173,7 @@ class WorkerSlots:
         finally:
             self._placed = {}
             self._sent_now = {}
+            self._plain = {}
 
     def _collect(self, value: Any, private: list[torch.Tensor]) -> None:
         """Appends the tensors of ``value`` that need copying into a slot."""
@@ -176,6 +182,9 @@ class WorkerSlots:
                 nbytes = value.numel() * value.element_size()
                 if nbytes >= self.pool.inline_below and not value.is_shared():
                     private.append(value)
+        elif is_plain_subclass(value):  # its plain tensor, kept to be exported the same
+            plain = self._plain[id(value)] = value.as_subclass(torch.Tensor)
+            self._collect(plain, private)
         elif isinstance(value, list | tuple):
             for item in value:
                 self._collect(item, private)
@@ -186,6 +195,9 @@ class WorkerSlots:
     def _export(self, value: Any) -> Any:
         if type(value) is torch.Tensor:
             return self._export_tensor(value)
+        plain = self._plain.get(id(value))
+        if plain is not None:  # a tv_tensor: its plain tensor, rewrapped on arrival
+            return SubclassTensor(self._export_tensor(plain), type(value), dict(value.__dict__))
         if isinstance(value, tuple):
             items = [self._export(v) for v in value]
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)

@@ -224,3 +224,36 @@ def test_pool_arguments_are_checked():
         SharedBatchPool(0, 4)
     with pytest.raises(ValueError, match="slots_per_worker must be >= 1"):
         SharedBatchPool(2, 0)
+
+
+class Subclassed:
+    """torchvision's tensor subclasses: small boxes (by value) and a large mask (a slot)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, rows: torch.Tensor) -> dict[str, object]:
+        from torchvision import tv_tensors
+
+        k = float(rows.sum())
+        boxes = torch.tensor([[1.0, 2.0, 30.0, 40.0]]) + k
+        return {
+            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(64, 80)),
+            "masks": tv_tensors.Mask(torch.full((2, 256, 256), int(k), dtype=torch.uint8)),
+        }
+
+
+def test_tensor_subclasses_arrive_as_themselves_without_a_descriptor_each():
+    from torchvision import tv_tensors
+
+    sampler = IndexBatchSampler(4, 2, shuffle=False)
+    dl = ResumableDataLoader(Subclassed(), sampler=sampler, num_workers=1)
+    for rows, got in zip(([0, 1], [2, 3]), dl, strict=True):
+        expected = Subclassed()[torch.tensor(rows)]
+        assert type(got["boxes"]) is tv_tensors.BoundingBoxes
+        assert got["boxes"].canvas_size == (64, 80) and got["boxes"].format.name == "XYXY"
+        assert torch.equal(got["boxes"], expected["boxes"])
+        assert type(got["masks"]) is tv_tensors.Mask
+        assert torch.equal(got["masks"], expected["masks"])
+    stats = dl.batch_pool.stats()
+    assert stats["pooled"] == 2 and stats["fallback"] == 0  # the masks in a slot, each time
