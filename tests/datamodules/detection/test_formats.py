@@ -28,7 +28,9 @@ def test_coco_boxes_labels_crowd_and_segmentations(tmp_path: Path) -> None:
     assert index.classes == ["cat", "dog", "zebra"]  # categories by id 1, 3, 7
     assert index.image_ids.tolist() == sorted(COCO_SIZES)
     assert index.heights.tolist() == [COCO_SIZES[i][1] for i in sorted(COCO_SIZES)]
-    assert isinstance(index.boxes, np.memmap) and isinstance(index.labels, np.memmap)
+    # Mapped from the index's files (plain views of the mappings), not read into memory.
+    assert isinstance(index.boxes.base, np.memmap) and isinstance(index.labels.base, np.memmap)
+    assert not index.boxes.flags.owndata and not index.boxes.flags.writeable
     # Image 1: its box, and one reaching past the image clipped to it (48 x 32).
     assert index.boxes[index.rows(0)].tolist() == [[2, 3, 12, 15], [40, 20, 48, 32]]
     assert index.labels[index.rows(0)].tolist() == [1, 1]  # category 3 (1 % 3 -> 3), 3
