@@ -37,11 +37,12 @@ Figures, each from this one run (medians over ``--repeats``):
    ``pycocotools.coco.COCO(path)``. Bar: ours at least 2x faster. Our later setup (the
    index mapped) as a share of the first. Bar: at most 5%.
 3. **Worker memory**: each worker's USS (``Private_Clean + Private_Dirty`` of
-   ``/proc/PID/smaps_rollup``, the memory only that worker holds) after the first batch and at
-   the epoch's last one, 2 workers, with masks, the growth as a share of the first; ours and
-   the reference's. The main process reads every batch it gets (a byte of each page of the
-   images and masks, as a copy to the device would), so that the shared memory a batch
-   travels in is not counted as the worker's own. Bar: ours at most 10%.
+   ``/proc/PID/smaps_rollup``, the memory only that worker holds) once every worker has sent
+   its first batch and at the epoch's last one, 2 workers, with masks, the growth as a share
+   of the first; ours and the reference's. The main process reads every batch it gets (a
+   byte of each page of the images and masks, as a copy to the device would), so that the
+   shared memory a batch travels in is not counted as the worker's own. Bar: ours at most
+   10%.
 
 The load average is printed before and after: figures from a loaded machine mean little.
 
@@ -298,7 +299,8 @@ def read(images: Any, targets: Any) -> int:
 def epoch(
     loader: Any, memory: bool = False, finish: Any = None
 ) -> tuple[int, float, list[tuple[int, int]]]:
-    """Images delivered, seconds, and per worker (USS after the first batch, at the last).
+    """Images delivered, seconds, and per worker (USS once each worker has sent a batch, at
+    the last batch).
     ``finish``: run on each batch as it arrives (our device step, here on the CPU)."""
     import psutil
 
@@ -307,6 +309,9 @@ def epoch(
     start = time.perf_counter()
     iterator = iter(loader)
     batches = len(loader)
+    # Each worker's first reading once it has sent a batch: batches arrive in turn from the
+    # workers, so the (workers - 1)th is the last of the workers' first ones.
+    first_at = max(int(getattr(loader, "num_workers", 0)) - 1, 0)
     for n, batch in enumerate(iterator):
         if finish is not None:
             batch = finish(batch)
@@ -314,9 +319,9 @@ def epoch(
         images += len(batch_images)
         if memory:
             read(batch_images, targets)
-        if memory and n in (0, batches - 1):
+        if memory and n in (first_at, batches - 1):
             found = {c.pid: uss(c.pid) for c in me.children() if c.is_running()}
-            (first if n == 0 else last).update(found)
+            (first if n == first_at else last).update(found)
     seconds = time.perf_counter() - start
     del iterator
     return images, seconds, [(first[p], last[p]) for p in first if p in last]
@@ -324,7 +329,7 @@ def epoch(
 
 def throughput(args: argparse.Namespace, path: Path, cache: Path) -> list[str]:
     lines = []
-    for masks in (False, True):
+    for masks in args.masks:
         for workers in args.workers:
             rates: dict[str, list[float]] = {"ours": [], "ours+device": [], "reference": []}
             for _ in range(args.repeats):
@@ -413,6 +418,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000, help="generated JPEGs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument(
+        "--masks", type=lambda v: {"no": False, "yes": True}[v], nargs="+",
+        default=[False, True], metavar="{no,yes}", help="throughput without / with masks",
+    )  # fmt: skip
     parser.add_argument("--coco-images", type=int, default=118_287, help="COCO-scale file")
     parser.add_argument("--data", type=Path, default=None, help="dataset cache folder")
     parser.add_argument(

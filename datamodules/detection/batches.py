@@ -105,10 +105,14 @@ def _flipped(boxes: np.ndarray, width: int) -> np.ndarray:
     return mirrored
 
 
+#: An XYXY box tensor that :func:`_boxes` wraps others like (``tv_tensors.wrap``: a third
+#: cheaper than the constructor, which checks and converts its input).
+_XYXY = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(1, 1))
+
+
 def _boxes(values: np.ndarray, height: int, width: int) -> tv_tensors.BoundingBoxes:
-    return tv_tensors.BoundingBoxes(
-        torch.from_numpy(values).reshape(-1, 4), format="XYXY", canvas_size=(height, width)
-    )
+    boxes = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(-1, 4)
+    return tv_tensors.wrap(boxes, like=_XYXY, canvas_size=(height, width))
 
 
 class DetectionBatchView(SplitView):
@@ -195,13 +199,17 @@ class DetectionBatchView(SplitView):
         ``crowd`` rule has taken out what it takes out. ``size``: the image's (height, width).
         """
         height, width = size
-        rows = np.arange(self.index.rows(i).start, self.index.rows(i).stop)
+        span = self.index.rows(i)
+        rows = np.arange(span.start, span.stop)
         target: dict[str, Any] = {"image_id": int(self.index.image_ids[i])}
+        if self.crowd == "keep" or not crowd.any():  # nothing to take out
+            if self.crowd == "ignore":
+                target["crowd_boxes"] = _boxes(np.zeros((0, 4), np.float32), height, width)
+            return target, boxes, labels, rows, crowd
         if self.crowd == "ignore":
             placed = _flipped(boxes[crowd], width) if flip else boxes[crowd]
             target["crowd_boxes"] = _boxes(placed, height, width)
-        if self.crowd in ("ignore", "drop"):
-            boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
+        boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
         return target, boxes, labels, rows, crowd
 
     def _sample_flipped(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:

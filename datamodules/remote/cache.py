@@ -27,8 +27,10 @@ import fcntl
 import hashlib
 import itertools
 import json
+import multiprocessing.util
 import os
 import re
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -82,6 +84,13 @@ class ShardCache:
     def _root(self) -> str:
         if self.directory is None:  # each process its own folder, made on first use
             self.directory = tempfile.mkdtemp(prefix="datamodules-prefetch-")
+            # Removed, with the copies' lock and version files, when the process that made it
+            # ends (a DataLoader worker included: multiprocessing runs a process's exit
+            # finalizers as it exits; a forked child does not inherit them).
+            multiprocessing.util.Finalize(
+                None, shutil.rmtree, args=(self.directory,), kwargs={"ignore_errors": True},
+                exitpriority=0,
+            )  # fmt: skip
         os.makedirs(self.directory, exist_ok=True)
         return self.directory
 
