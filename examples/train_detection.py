@@ -309,7 +309,7 @@ def main() -> None:
     n_train, n_val = (96, 32) if args.fast else (1200, 500)
     n_train = args.images or n_train
     epochs = args.epochs or (1 if args.fast else 8)
-    root = args.cache / f"digits-on-photos-{n_train}"
+    root = args.cache / f"digits-on-photos-{n_train}-{n_val}"  # both counts: a rerun reuses it
     train_json, val_json, yolo = write_data(root, n_train, n_val)
     common = {"batch_size": 16, "num_workers": 2, "transforms": v2.Identity()}
     # Training reads the COCO files; the held-out images come through the YOLO dataset.

@@ -33,7 +33,7 @@ def test_a_fast_run_writes_both_formats_and_scores_the_held_out_images(
 ) -> None:
     tmp_path, out = fast_run
     assert "96 train images (COCO JSON), 32 held out (YOLO)" in out, out[-3000:]
-    root = tmp_path / "digits-on-photos-96"
+    root = tmp_path / "digits-on-photos-96-32"
     val = json.loads((root / "coco" / "val.json").read_text())
     labels = sorted((root / "yolo" / "labels" / "val").glob("*.txt"))
     assert len(val["images"]) == len(labels) == 32
