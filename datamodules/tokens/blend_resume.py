@@ -58,7 +58,8 @@ def blend_listing(part: Any) -> list[list[Any]]:
 
 
 class WeakResume:
-    """A blend's ``resume_blend`` held weakly (a sampler never keeps its DataModule)."""
+    """A mixture's resume method (a blend's ``resume_blend``, audio's ``resume_mix``) held
+    weakly: a sampler never keeps its DataModule."""
 
     def __init__(self, method: Callable[[dict[str, Any], bool], Mixture]) -> None:
         self._method = weakref.WeakMethod(method)
@@ -66,7 +67,7 @@ class WeakResume:
     def __call__(self, saved: dict[str, Any], cut: bool) -> Mixture:
         method = self._method()
         if method is None:
-            raise ValueError("cannot resume the blend: its DataModule is gone.")
+            raise ValueError("cannot resume the mixture: the DataModule that made it is gone.")
         return method(saved, cut)
 
 
