@@ -105,13 +105,23 @@ def _flipped(boxes: np.ndarray, width: int) -> np.ndarray:
     return mirrored
 
 
+def _clamped(boxes: np.ndarray, height: int, width: int) -> tuple[np.ndarray, ...]:
+    """XYXY ``boxes`` clamped to a ``height`` x ``width`` image, their areas, and which of
+    them keep an area (the rest are dropped, counted)."""
+    clamped = np.empty_like(boxes)
+    np.clip(boxes[:, 0::2], 0, width, out=clamped[:, 0::2])
+    np.clip(boxes[:, 1::2], 0, height, out=clamped[:, 1::2])
+    wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
+    return clamped, wide * high, (wide > 0) & (high > 0)
+
+
 #: An XYXY box tensor that :func:`_boxes` wraps others like (``tv_tensors.wrap``: a third
 #: cheaper than the constructor, which checks and converts its input).
 _XYXY = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(1, 1))
 
 
 def _boxes(values: np.ndarray, height: int, width: int) -> tv_tensors.BoundingBoxes:
-    boxes = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(-1, 4)
+    boxes = torch.from_numpy(np.ascontiguousarray(values)).reshape(-1, 4)
     return tv_tensors.wrap(boxes, like=_XYXY, canvas_size=(height, width))
 
 
@@ -221,22 +231,17 @@ class DetectionBatchView(SplitView):
         boxes, labels, crowd = self.index.objects(i)
         size = (height, width)
         target, boxes, labels, rows, crowd = self._target(i, boxes, labels, crowd, size, flip)
-        placed = _flipped(boxes, width) if flip else boxes
-        clamped = np.empty_like(placed)
-        np.clip(placed[:, 0::2], 0, width, out=clamped[:, 0::2])
-        np.clip(placed[:, 1::2], 0, height, out=clamped[:, 1::2])
-        wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
-        keep = (wide > 0) & (high > 0)
+        clamped, area, keep = _clamped(_flipped(boxes, width) if flip else boxes, height, width)
         if not keep.all():
             self.dropped += int((~keep).sum())
-            clamped, wide, high = clamped[keep], wide[keep], high[keep]
+            clamped, area = clamped[keep], area[keep]
             boxes, labels, rows, crowd = boxes[keep], labels[keep], rows[keep], crowd[keep]
         target["boxes"] = _boxes(clamped, height, width)
         target["labels"] = torch.from_numpy(labels + 1)
         target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
         if self.masks:
             target["masks"] = self._masks(rows, boxes, height, width, flip=flip)
-        target["area"] = torch.from_numpy(wide * high)
+        target["area"] = torch.from_numpy(area)
         return image, target
 
     def _decode_flipped(self, i: int) -> tuple[torch.Tensor, bool]:
@@ -302,28 +307,23 @@ class DetectionBatchView(SplitView):
         return tv_tensors.Mask(torch.from_numpy(stacked))
 
     def _sanitized(self, image: Any, target: dict[str, Any]) -> tuple[torch.Tensor, dict]:
-        boxes = target["boxes"]
+        """The transformed sample with its boxes clamped to the image; boxes left without area
+        are dropped with their labels, flags and masks, and counted."""
         height, width = image.shape[-2:]
-        clamped = boxes.as_subclass(torch.Tensor).clone()
-        clamped[:, 0::2].clamp_(0, width)
-        clamped[:, 1::2].clamp_(0, height)
-        wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
-        keep = (wide > 0) & (high > 0)
-        dropped = int((~keep).sum())
-        self.dropped += dropped
-        area = wide * high
-        if dropped:  # indexing copies (the masks' stack included): only when a box goes
+        boxes = target["boxes"].as_subclass(torch.Tensor).numpy()
+        clamped, area, keep = _clamped(boxes, height, width)
+        if not keep.all():  # indexing copies (the masks' stack included): only when a box goes
+            self.dropped += int((~keep).sum())
+            chosen = torch.from_numpy(keep)
             clamped, area = clamped[keep], area[keep]
-            target["labels"] = target["labels"][keep]
-            target["iscrowd"] = target["iscrowd"][keep]
+            target["labels"] = target["labels"][chosen]
+            target["iscrowd"] = target["iscrowd"][chosen]
             if "masks" in target:
-                target["masks"] = tv_tensors.Mask(target["masks"].as_subclass(torch.Tensor)[keep])
-        target["boxes"] = tv_tensors.BoundingBoxes(
-            clamped, format="XYXY", canvas_size=(height, width)
-        )
+                target["masks"] = target["masks"].as_subclass(torch.Tensor)[chosen]
+        target["boxes"] = _boxes(clamped, height, width)
         if "masks" in target and type(target["masks"]) is not tv_tensors.Mask:
             target["masks"] = tv_tensors.Mask(target["masks"])
-        target["area"] = area
+        target["area"] = torch.from_numpy(area)
         if "crowd_boxes" in target:
             crowd = target["crowd_boxes"].as_subclass(torch.Tensor)
             target["crowd_boxes"] = tv_tensors.BoundingBoxes(

@@ -6,9 +6,10 @@ the ``detection`` extra); YOLO ``-seg`` polygons are COCO polygons in pixels. An
 without a segmentation (a plain box, VOC's objects) gets its box, filled, as its mask.
 
 :func:`object_masks` draws the masks of one image into one zeroed ``(K, H, W)`` array, each
-object only over its own extent (pycocotools' ``toBbox`` of its RLE) and mirrored there when the
-image is flipped: an image's masks cost one allocation and a copy of each object's box, not
-a full-size transposed copy per object, a stack and a flip of the stack.
+object only over the columns its RLE's runs span (and, where no run leaves its column, the rows
+too), mirrored there when the image is flipped: an image's masks cost one allocation and a
+write of each object's extent, not a full-size transposed copy per object, a stack and a flip
+of the stack.
 """
 
 from __future__ import annotations
