@@ -180,10 +180,7 @@ class DetectionBatchView(SplitView):
         if self.flip is not None:
             return self._sample_flipped(i)
         index = self.index
-        if self.read_image is not None and index.meta.get("images") == "shards":
-            image, output, full = self.decoder.decode_data(*self.read_image.data(index, i))
-        else:
-            image, output, full = self.decoder.decode_file(index.image_path(i))
+        image, output, full = self.decoder.decode_data(*self._encoded(i))
         height, width = image.shape[-2:]
         boxes, labels, crowd = index.objects(i)
         if full is not None:  # the exact factors the DCT scale applied (it rounds sizes up)
@@ -251,17 +248,20 @@ class DetectionBatchView(SplitView):
         ``torchvision.io.decode_jpeg`` gives it), uncopied, or mirrored in one copy. The boxes
         and masks are then flipped as they are built: the sample equals the one the
         transform gives, for a fraction of the work."""
-        index = self.index
-        if self.read_image is not None and index.meta.get("images") == "shards":
-            data, name = self.read_image.data(index, i)
-        else:
-            name = index.image_path(i)
-            data = read_image_file(name)
+        data, name = self._encoded(i)
         image = decode_image_bytes(data, name=name, channels_last=True)
         flip = self.transform is not None and bool(torch.rand(1) < self.flip)
         if flip:
             image = image.permute(1, 2, 0).flip(1).permute(2, 0, 1)
         return image, flip
+
+    def _encoded(self, i: int) -> tuple[bytearray, str]:
+        """Image ``i``'s encoded bytes (from its shard, or its file) and what errors call it."""
+        index = self.index
+        if self.read_image is not None and index.meta.get("images") == "shards":
+            return self.read_image.data(index, i)
+        path = index.image_path(i)
+        return read_image_file(path), path
 
     def _masks(
         self,

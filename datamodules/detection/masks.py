@@ -114,7 +114,7 @@ def fill_object_mask(
         mask[top:bottom, first : last + 1] = drawn[top:bottom]
 
 
-#: 0, 1, 0, 1, ...: the values of an RLE's runs (long enough for any image's).
+#: 0, 1, 0, 1, ...: the values of an RLE's runs (a longer RLE makes its own).
 _ALTERNATING = np.zeros(1 << 16, dtype=np.uint8)
 _ALTERNATING[1::2] = 1
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torchvision.transforms import v2
 
-from datamodules.imaging.decoding import ImageDecodeError, decode_image_bytes, read_image_file
+from datamodules.imaging.decoding import ImageDecodeError, decode_image_bytes
 from datamodules.imaging.scaled import (
     DECODE_SIZE,
     check_decode,
@@ -125,10 +125,11 @@ class DecodePlanner:
             height, width = letterbox_shape(height, width, self.letterbox)
         return height, width
 
-    def decode_file(
-        self, path: str
+    def decode_data(
+        self, data: bytes, path: str
     ) -> tuple[torch.Tensor, tuple[int, int] | None, tuple[int, int] | None]:
-        """Decodes one image file.
+        """Decodes one image's encoded bytes (read from its file or its shard), errors naming
+        ``path`` (where they came from).
 
         Returns:
             ``(image, output, full)``: the ``uint8`` ``(3, h, w)`` image; the (height,
@@ -136,17 +137,6 @@ class DecodePlanner:
             transform as given); the image's full (height, width) as displayed when it was
             decoded at a reduced scale (its boxes and masks must be scaled from it), else None.
         """
-        if self.decode == "full":
-            from datamodules.imaging.decoding import decode_image
-
-            return decode_image(path), None, None
-        return self.decode_data(read_image_file(path), path)
-
-    def decode_data(
-        self, data: bytes, path: str
-    ) -> tuple[torch.Tensor, tuple[int, int] | None, tuple[int, int] | None]:
-        """:meth:`decode_file` of an image's encoded bytes (a shard's member), errors naming
-        ``path`` (where they came from)."""
         if self.decode == "full":
             return decode_image_bytes(data, name=path), None, None
         header = jpeg_header(data) if self.plans or self.declared else None
