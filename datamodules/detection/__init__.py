@@ -13,6 +13,8 @@
   dataset into such shards;
 * :mod:`~datamodules.detection.grouping`: aspect-ratio batches and exact evaluation shares;
 * :mod:`~datamodules.detection.batches`: decoded images, targets, joint transforms;
+* :mod:`~datamodules.detection.flip_path`: a batch built already flipped, for a lone flip
+  (the default in training) or no transform;
 * :mod:`~datamodules.detection.datamodule`: the DataModule that composes them;
 * :mod:`~datamodules.detection.segmentation_index`: image / mask pairs from folders or VOC;
 * :mod:`~datamodules.detection.segmentation_shards`: image / mask pairs from tar / Parquet

@@ -29,9 +29,16 @@ from datamodules.core.heap import keep_mmap_threshold
 from datamodules.core.views import SplitView
 from datamodules.detection.arrays import AnnotationIndex
 from datamodules.detection.collate import collate_torchvision
+from datamodules.detection.flip_path import (
+    NO_BOXES,
+    box_tensor,
+    clamped_boxes,
+    flipped_samples,
+    lone_flip,
+)
 from datamodules.detection.masks import object_mask, object_masks, require_pycocotools
 from datamodules.detection.scaling import DecodePlanner, scale_segmentation
-from datamodules.imaging.decoding import decode_image_bytes, read_image_file
+from datamodules.imaging.decoding import read_image_file
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
 
@@ -85,46 +92,6 @@ def default_transforms(
     return steps[0] if len(steps) == 1 else v2.Compose(steps)
 
 
-def _lone_flip(transform: Any) -> float | None:
-    """``p`` of a transform that is only a ``v2.RandomHorizontalFlip``, 0.0 for no transform,
-    None for any other."""
-    if transform is None:
-        return 0.0
-    if type(transform) is v2.RandomHorizontalFlip:
-        return float(transform.p)
-    return None
-
-
-def _flipped(boxes: np.ndarray, width: int) -> np.ndarray:
-    """XYXY ``boxes`` mirrored on an image ``width`` wide, as ``v2.functional.horizontal_flip``
-    moves them (``x' = width - x``, the corners swapped)."""
-    mirrored = np.empty_like(boxes)
-    mirrored[:, 0] = np.float32(width) - boxes[:, 2]
-    mirrored[:, 2] = np.float32(width) - boxes[:, 0]
-    mirrored[:, 1], mirrored[:, 3] = boxes[:, 1], boxes[:, 3]
-    return mirrored
-
-
-def _clamped(boxes: np.ndarray, height: int, width: int) -> tuple[np.ndarray, ...]:
-    """XYXY ``boxes`` clamped to a ``height`` x ``width`` image, their areas, and which of
-    them keep an area (the rest are dropped, counted)."""
-    clamped = np.empty_like(boxes)
-    np.clip(boxes[:, 0::2], 0, width, out=clamped[:, 0::2])
-    np.clip(boxes[:, 1::2], 0, height, out=clamped[:, 1::2])
-    wide, high = clamped[:, 2] - clamped[:, 0], clamped[:, 3] - clamped[:, 1]
-    return clamped, wide * high, (wide > 0) & (high > 0)
-
-
-#: An XYXY box tensor that :func:`_boxes` wraps others like (``tv_tensors.wrap``: a third
-#: cheaper than the constructor, which checks and converts its input).
-_XYXY = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(1, 1))
-
-
-def _boxes(values: np.ndarray, height: int, width: int) -> tv_tensors.BoundingBoxes:
-    boxes = torch.from_numpy(np.ascontiguousarray(values)).reshape(-1, 4)
-    return tv_tensors.wrap(boxes, like=_XYXY, canvas_size=(height, width))
-
-
 class DetectionBatchView(SplitView):
     """A split of an :class:`~datamodules.detection.arrays.AnnotationIndex`, a batch a call.
 
@@ -169,28 +136,37 @@ class DetectionBatchView(SplitView):
         if masks:
             require_pycocotools()
         #: The flip's probability where the transform is a lone ``v2.RandomHorizontalFlip``
-        #: (the default in training), 0.0 where there is none: such a split takes the fused
-        #: path of :meth:`_decode_flipped`; None for any other transform.
-        self.flip = _lone_flip(transform) if not self.decoder.sizes else None
+        #: (the default in training), 0.0 where there is none: such a split takes the path of
+        #: :mod:`~datamodules.detection.flip_path`; None for any other transform.
+        self.flip = lone_flip(transform) if not self.decoder.sizes else None
+        #: ``flip`` as the float32 that ``torch.rand(1) < p`` compares with.
+        self.flip32 = float(np.float32(self.flip)) if self.flip is not None else None
         #: Boxes dropped in this process because a transform left them without area.
         self.dropped = 0
 
-    def sample(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Image ``i`` of the index and its target, transformed."""
+    def sample(self, i: int, draw: float | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Image ``i`` of the index and its target, transformed.
+
+        ``draw``: for a lone flip, the flip's random draw, taken already (``__getitem__`` takes
+        a batch's draws in one ``torch.rand(n)``: the same numbers, in the same order, as ``n``
+        calls of ``torch.rand(1)``); None: drawn here."""
         if self.flip is not None:
-            return self._sample_flipped(i)
+            if self.transform is None:
+                return flipped_samples(self, [i], None)[0]
+            draws = [torch.rand(1).item() if draw is None else draw]
+            return flipped_samples(self, [i], draws)[0]
         index = self.index
-        image, output, full = self.decoder.decode_data(*self._encoded(i))
+        image, output, full = self.decoder.decode_data(*self.encoded(i))
         height, width = image.shape[-2:]
         boxes, labels, crowd = index.objects(i)
         if full is not None:  # the exact factors the DCT scale applied (it rounds sizes up)
             boxes = boxes * np.array([width / full[1], height / full[0]] * 2, dtype=np.float32)
         target, boxes, labels, rows, crowd = self._target(i, boxes, labels, crowd, (height, width))
-        target["boxes"] = _boxes(boxes, height, width)
+        target["boxes"] = box_tensor(boxes, height, width)
         target["labels"] = torch.from_numpy(labels + 1)
         target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
         if self.masks:
-            target["masks"] = self._masks(rows, boxes, height, width, full, output)
+            target["masks"] = self.object_masks(rows, boxes, height, width, full, output)
         if output is not None:
             image, target = self.decoder.finish(tv_tensors.Image(image), target, output)
         elif self.transform is not None:
@@ -199,63 +175,26 @@ class DetectionBatchView(SplitView):
 
     def _target(
         self, i: int, boxes: np.ndarray, labels: np.ndarray, crowd: np.ndarray,
-        size: tuple[int, int], flip: bool = False,
+        size: tuple[int, int],
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-        """Image ``i``'s target so far (``image_id``, ``crowd_boxes`` under ``"ignore"``, the
-        latter mirrored with ``flip``), and its boxes, labels, rows and crowd flags once the
-        ``crowd`` rule has taken out what it takes out. ``size``: the image's (height, width).
+        """Image ``i``'s target so far (``image_id``, ``crowd_boxes`` under ``"ignore"``), and
+        its boxes, labels, rows and crowd flags once the ``crowd`` rule has taken out what it
+        takes out. ``size``: the image's (height, width).
         """
         height, width = size
-        span = self.index.rows(i)
-        rows = np.arange(span.start, span.stop)
+        start, stop = self.index.offsets[i : i + 2].tolist()
+        rows = np.arange(start, stop)
         target: dict[str, Any] = {"image_id": int(self.index.image_ids[i])}
         if self.crowd == "keep" or not crowd.any():  # nothing to take out
             if self.crowd == "ignore":
-                target["crowd_boxes"] = _boxes(np.zeros((0, 4), np.float32), height, width)
+                target["crowd_boxes"] = box_tensor(NO_BOXES, height, width)
             return target, boxes, labels, rows, crowd
         if self.crowd == "ignore":
-            placed = _flipped(boxes[crowd], width) if flip else boxes[crowd]
-            target["crowd_boxes"] = _boxes(placed, height, width)
+            target["crowd_boxes"] = box_tensor(boxes[crowd], height, width)
         boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
         return target, boxes, labels, rows, crowd
 
-    def _sample_flipped(self, i: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """:meth:`sample` where the transform is a lone horizontal flip (or none): the flip
-        done as the sample is built, the boxes clamped and checked in NumPy. The sample
-        equals the transform's, for a fraction of the work."""
-        image, flip = self._decode_flipped(i)
-        height, width = image.shape[-2:]
-        boxes, labels, crowd = self.index.objects(i)
-        size = (height, width)
-        target, boxes, labels, rows, crowd = self._target(i, boxes, labels, crowd, size, flip)
-        clamped, area, keep = _clamped(_flipped(boxes, width) if flip else boxes, height, width)
-        if not keep.all():
-            self.dropped += int((~keep).sum())
-            clamped, area = clamped[keep], area[keep]
-            boxes, labels, rows, crowd = boxes[keep], labels[keep], rows[keep], crowd[keep]
-        target["boxes"] = _boxes(clamped, height, width)
-        target["labels"] = torch.from_numpy(labels + 1)
-        target["iscrowd"] = torch.from_numpy(crowd.astype(np.int64))
-        if self.masks:
-            target["masks"] = self._masks(rows, boxes, height, width, flip=flip)
-        target["area"] = torch.from_numpy(area)
-        return image, target
-
-    def _decode_flipped(self, i: int) -> tuple[torch.Tensor, bool]:
-        """Image ``i`` for a split whose transform is a lone horizontal flip (or none), and
-        whether it was flipped. The random draw is the flip's own (``torch.rand(1) < p``); the
-        image keeps the decoder's interleaved layout (strides ``(1, 3 * W, 3)``, as
-        ``torchvision.io.decode_jpeg`` gives it), uncopied, or mirrored in one copy. The boxes
-        and masks are then flipped as they are built: the sample equals the one the
-        transform gives, for a fraction of the work."""
-        data, name = self._encoded(i)
-        image = decode_image_bytes(data, name=name, channels_last=True)
-        flip = self.transform is not None and bool(torch.rand(1) < self.flip)
-        if flip:
-            image = image.permute(1, 2, 0).flip(1).permute(2, 0, 1)
-        return image, flip
-
-    def _encoded(self, i: int) -> tuple[bytearray, str]:
+    def encoded(self, i: int) -> tuple[bytearray, str]:
         """Image ``i``'s encoded bytes (from its shard, or its file) and what errors call it."""
         index = self.index
         if self.read_image is not None and index.meta.get("images") == "shards":
@@ -263,7 +202,7 @@ class DetectionBatchView(SplitView):
         path = index.image_path(i)
         return read_image_file(path), path
 
-    def _masks(
+    def object_masks(
         self,
         rows: np.ndarray,
         boxes: np.ndarray,
@@ -311,7 +250,7 @@ class DetectionBatchView(SplitView):
         are dropped with their labels, flags and masks, and counted."""
         height, width = image.shape[-2:]
         boxes = target["boxes"].as_subclass(torch.Tensor).numpy()
-        clamped, area, keep = _clamped(boxes, height, width)
+        clamped, area, keep = clamped_boxes(boxes, height, width)
         if not keep.all():  # indexing copies (the masks' stack included): only when a box goes
             self.dropped += int((~keep).sum())
             chosen = torch.from_numpy(keep)
@@ -320,7 +259,7 @@ class DetectionBatchView(SplitView):
             target["iscrowd"] = target["iscrowd"][chosen]
             if "masks" in target:
                 target["masks"] = target["masks"].as_subclass(torch.Tensor)[chosen]
-        target["boxes"] = _boxes(clamped, height, width)
+        target["boxes"] = box_tensor(clamped, height, width)
         if "masks" in target and type(target["masks"]) is not tv_tensors.Mask:
             target["masks"] = tv_tensors.Mask(target["masks"])
         target["area"] = torch.from_numpy(area)
@@ -334,4 +273,10 @@ class DetectionBatchView(SplitView):
     def __getitem__(self, batch: torch.Tensor) -> Any:
         if self.masks and get_worker_info() is not None:  # freed masks leave the heap
             keep_mmap_threshold()
-        return self.collate([self.sample(i) for i in self.rows(batch).tolist()])
+        rows = self.rows(batch).tolist()
+        if self.flip is None:
+            return self.collate([self.sample(i) for i in rows])
+        # A lone flip (or none): the batch's draws in one call, the same numbers in the same
+        # order as one ``torch.rand(1)`` a sample (tested), and its targets in one pass.
+        draws = torch.rand(len(rows)).tolist() if self.transform is not None else None
+        return self.collate(flipped_samples(self, rows, draws))

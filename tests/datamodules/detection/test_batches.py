@@ -80,6 +80,37 @@ def test_a_lone_flip_gives_the_samples_of_the_v2_flip(
     assert 10 < flipped < 20  # p=1 flips all 10 images, p=0.5 some, p=0 none
 
 
+@pytest.mark.parametrize("crowd", ["ignore", "drop", "keep"])
+@pytest.mark.parametrize("masks", [False, True])
+def test_a_batch_built_in_one_pass_equals_the_v2_flip_sample_by_sample(
+    tmp_path: Path, crowd: str, masks: bool
+) -> None:
+    """A batch takes its draws in one ``torch.rand(n)`` and builds its targets in one pass:
+    the v2 flip, drawing once per sample from the same seed, gives the same batch. Without
+    masks, the image files are a third as wide as the annotations say, so that clamping
+    leaves boxes without area: one of the plain ones, and under ``crowd="keep"`` the crowd
+    one too. (With masks they keep their width: an RLE must fit its image.)"""
+    path = with_gradients(tmp_path)
+    for image_id in COCO_SIZES if not masks else ():
+        file = tmp_path / f"images/img{image_id}.png"
+        with Image.open(file) as image:
+            narrower = image.resize((image.width // 3, image.height))
+        narrower.save(file)
+    ours, theirs = views(path, 0.5, crowd=crowd, masks=masks)
+    order = torch.tensor([9, 0, 4, 1, 7, 2, 8, 3, 6, 5])[: len(COCO_SIZES)]
+    flips = []
+    for batch in (order[:1], order[1:4], order[4:]):
+        torch.manual_seed(len(batch))
+        images, targets = ours[batch]
+        torch.manual_seed(len(batch))
+        flips += (torch.rand(len(batch)) < 0.5).tolist()
+        torch.manual_seed(len(batch))
+        for image, target, i in zip(images, targets, ours.rows(batch).tolist(), strict=True):
+            assert_same_sample((image, target), theirs.sample(i))
+    assert ours.dropped == theirs.dropped == (0 if masks else 2 if crowd == "keep" else 1)
+    assert 0 < sum(flips) < len(flips)  # both kinds of image in the batches
+
+
 def test_without_a_transform_nothing_is_drawn_and_nothing_moves(tmp_path: Path) -> None:
     path = with_gradients(tmp_path)
     made = []
