@@ -15,7 +15,7 @@ also what the generic path's sanitiser uses.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,9 +23,6 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from datamodules.imaging.decoding import decode_image_bytes
-
-if TYPE_CHECKING:
-    from datamodules.detection.batches import DetectionBatchView
 
 __all__ = [
     "NO_BOXES",
@@ -86,11 +83,13 @@ def box_tensor(values: np.ndarray, height: int, width: int) -> tv_tensors.Boundi
 
 
 def flipped_samples(
-    view: DetectionBatchView, images: list[int], draws: list[float] | None
+    view: Any, images: list[int], draws: list[float] | None
 ) -> list[tuple[torch.Tensor, dict[str, Any]]]:
     """The samples of ``images`` (positions in ``view.index``) for a split whose transform is
     a lone horizontal flip (``draws``: the flip's random draws, one per image) or none
-    (``draws`` None).
+    (``draws`` None). ``view``: the split's
+    :class:`~datamodules.detection.batches.DetectionBatchView` (its index, ``crowd`` rule,
+    ``masks``, ``flip32``, ``encoded`` and ``object_masks``; ``dropped`` counts what goes).
 
     Images keep the decoder's interleaved layout (strides ``(1, 3 * W, 3)``, as
     ``torchvision.io.decode_jpeg`` gives it), uncopied, or mirrored in one copy.
