@@ -97,3 +97,14 @@ def assert_same_batches(expected: list[dict], got: list[dict]) -> None:
         for key, value in one.items():
             assert value.dtype == other[key].dtype, key
             assert torch.equal(value, other[key]), key
+
+
+def ddp_datamodule(spec: str) -> tuple[Any, Any]:
+    """The DataModule each DDP process builds over the contract's shards, and its batch ids
+    (as the folders' contract builds its own)."""
+    from tests.datamodules.detection.segmentation_data import mask_ids
+
+    dm = SegmentationDataModule(
+        spec, transforms=v2.Identity(), batch_size=3, val_split=5, num_workers=0
+    )  # fmt: skip
+    return dm, mask_ids

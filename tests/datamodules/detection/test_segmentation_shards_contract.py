@@ -1,7 +1,7 @@
 """SegmentationDataModule over tar shards that write_segmentation_shards made of the contract's
 folder pairs: the shared contract (splits, every image once, a Trainer's fit, validate, test
-and predict, exact resume mid-epoch with and without workers, state_dict checks) holds as it
-holds for the folders."""
+and predict, exact resume mid-epoch with and without workers, state_dict checks, the 2-rank
+DDP run resumed on 3 ranks and on 1) holds as it holds for the folders."""
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ class TestSegmentationShardsContract(DataModuleContract):
             ),
             batch_ids=mask_ids,
             num_samples=CONTRACT_PAIRS,
+            ddp_factory="tests.datamodules.detection.segmentation_shard_data:ddp_datamodule",
+            ddp_kwargs={"spec": spec},
         )
-
-    #: DDP is the folders' contract's (test_segmentation_contract.py): the shards change only
-    #: where images and masks are read from.
-    test_ddp_two_processes_disjoint_complete_even_and_resume_on_3_and_1 = None
