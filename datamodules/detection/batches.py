@@ -187,7 +187,7 @@ class DetectionBatchView(SplitView):
         target: dict[str, Any] = {"image_id": int(self.index.image_ids[i])}
         if self.crowd == "keep" or not crowd.any():  # nothing to take out
             if self.crowd == "ignore":
-                target["crowd_boxes"] = box_tensor(NO_BOXES, height, width)
+                target["crowd_boxes"] = box_tensor(NO_BOXES.copy(), height, width)
             return target, boxes, labels, rows, crowd
         if self.crowd == "ignore":
             target["crowd_boxes"] = box_tensor(boxes[crowd], height, width)

@@ -9,8 +9,8 @@ left without area dropped and counted), and split into one dict per image. The s
 the transform's, key by key (tested in ``tests/datamodules/detection/test_batches.py``); the
 per-image work left is wrapping the tensors.
 
-The box helpers here (:func:`flipped_boxes`, :func:`clamped_boxes`, :func:`box_tensor`) are
-also what the generic path's sanitiser uses.
+Two of the box helpers here, :func:`clamped_boxes` and :func:`box_tensor`, are also what the
+generic path's sanitiser uses.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = [
     "lone_flip",
 ]
 
-#: No boxes: what an image without crowd objects has in ``crowd_boxes``.
+#: No boxes: what an image without crowd objects has in ``crowd_boxes`` (copied for each).
 NO_BOXES = np.zeros((0, 4), dtype=np.float32)
 
 #: An XYXY box tensor that :func:`box_tensor` wraps others like (``tv_tensors.wrap``: a third
@@ -141,7 +141,7 @@ def flipped_samples(
         target: dict[str, Any] = {"image_id": int(index.image_ids[i])}
         if view.crowd == "ignore":
             first, last = (int(crowd_ends[n - 1]) if n else 0), int(crowd_ends[n])
-            placed_here = crowd_placed[first:last].copy() if last > first else NO_BOXES
+            placed_here = crowd_placed[first:last].copy()
             target["crowd_boxes"] = box_tensor(placed_here, h, w)
         target["boxes"] = box_tensor(clamped[start:end].copy(), h, w)
         target["labels"] = torch.from_numpy(labels[start:end].copy())
