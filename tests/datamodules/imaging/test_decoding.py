@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
+from datamodules.imaging import decoding
 from datamodules.imaging.decoding import ImageDecodeError, decode_image, decode_image_bytes
 from tests import subprocesses
 
@@ -342,3 +343,24 @@ def test_no_deprecation_warning_in_a_fresh_interpreter(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("readv", [True, False], ids=["readv", "read"])
+def test_read_image_file_gives_the_exact_bytes_and_names_what_it_cannot_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readv: bool
+) -> None:
+    """``os.readv`` where the platform has it, ``os.read`` where not: the same bytes, and an
+    error naming the path and the cause for a missing file or a folder."""
+    if not readv:
+        monkeypatch.setattr(decoding, "_readv", None)
+    body = bytes(range(256)) * 700  # 179,200 bytes: past the 64 KiB of a trailing read
+    (tmp_path / "a.jpg").write_bytes(body)
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    got = decoding.read_image_file(str(tmp_path / "a.jpg"))
+    assert type(got) is bytearray and got == body
+    assert decoding.read_image_file(str(tmp_path / "empty.jpg")) == bytearray()
+    missing = tmp_path / "missing.jpg"
+    with pytest.raises(ImageDecodeError, match=rf"{missing}.*cannot read file: No such file"):
+        decoding.read_image_file(str(missing))
+    with pytest.raises(ImageDecodeError, match=rf"{tmp_path}.*cannot read file: Is a directory"):
+        decoding.read_image_file(str(tmp_path))
