@@ -14,10 +14,18 @@ fork no longer inherits it held, except from a thread that takes it in the few m
 between the handler and the fork itself. The DataModules' own collectives avoid those threads
 altogether (:mod:`datamodules.core.store_exchange`); this covers the others' (Lightning's
 broadcasts, DDP's). Nothing is installed on interpreters that re-initialise the lock first.
+
+The call runs with the garbage collector paused. ``sys._current_frames()`` allocates its dict
+and frame objects while it holds the lock; an allocation could start a collection, and a
+collection runs finalizers, which may release the GIL (``multiprocessing``'s ``Finalize``
+closes pipes). A thread that holds the GIL and waits for the lock (one ending: CPython deletes
+its thread state under that lock) then never lets the finalizer return, and the fork never
+happens: a DataLoader's ``iter()`` hung so in the test suite, beside remote readers' threads.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -27,7 +35,13 @@ _installed = False
 
 
 def _wait_for_thread_list() -> None:
-    sys._current_frames()
+    collecting = gc.isenabled()
+    gc.disable()  # no collection, so no finalizer, while the thread-list lock is held
+    try:
+        sys._current_frames()
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def install() -> None:
