@@ -9,7 +9,10 @@ test process asks all the time. The run is a real process in a session of its ow
 test's environment and working directory; the DDP ranks that its ``Trainer`` starts
 (``strategy="ddp_fork"``: real processes, gloo) are its children. Whatever happens (it ends,
 runs past ``timeout``, the test is interrupted), the whole session is killed afterwards, so no
-rank or DataLoader worker outlives the test. Its stdout and stderr go to ``log``.
+rank or DataLoader worker outlives the test. Its stdout and stderr go to ``log``. A run past
+``timeout`` first has every process of its session write its threads' stacks to ``log``
+(``faulthandler`` on ``SIGUSR1``, which forked ranks and workers inherit), and the error shows
+them; no wait here is unbounded, so a hung run fails its test instead of hanging the suite.
 
 The commands the docs show keep running in fresh interpreters (:mod:`tests.subprocesses`):
 there the import order is what is tested.
@@ -18,18 +21,27 @@ there the import order is what is tested.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = ["TIMEOUT", "run_main"]
 
-#: Seconds a run may take: a hang, not a slow machine (pytest-timeout's is longer).
-TIMEOUT = 1200
+#: Seconds a run may take: a hang, not a slow machine (pytest-timeout's is longer). The
+#: longest run here takes 23 s on 2 shared cores.
+TIMEOUT = 600
+
+#: Seconds to wait for the forkserver to report a killed run's end before giving up on it.
+REAP = 30
+
+#: Seconds the processes of a hung run get to write their stacks before they are killed.
+DUMP = 3
 
 #: What the forkserver imports once, so that no run pays for it.
 PRELOAD = ["torch", "lightning.pytorch", "datamodules", "tests.ddp_runner"]
@@ -38,9 +50,13 @@ _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 
 
-def _kill_session(pid: int) -> None:
+def _signal_session(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, signum)
+
+
+def _kill_session(pid: int) -> None:
+    _signal_session(pid, signal.SIGKILL)
 
 
 def _child(
@@ -59,6 +75,7 @@ def _child(
     os.dup2(fd, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     code = 1
     try:
         main(argv)
@@ -104,16 +121,21 @@ def run_main(
     try:
         process.join(timeout)
         if process.exitcode is None:
+            _signal_session(process.pid, signal.SIGUSR1)  # every process writes its stacks
+            time.sleep(DUMP)
             _kill_session(process.pid)
-            process.join()
+            process.join(REAP)
             text = log.read_text(errors="replace") if log.exists() else ""
             raise AssertionError(
                 f"{main.__module__}.{main.__name__}({list(argv)}) ran past {timeout} s and was "
-                f"killed with its session; its output ended:\n{text[-3000:]}"
+                f"killed with its session; its output, with every process's stacks, ended:\n"
+                f"{text[-20000:]}"
             )
     finally:
         _kill_session(process.pid)  # ranks or workers left behind, if any
         if process.exitcode is None:
             process.kill()
-            process.join()
+            process.join(REAP)
+    if process.exitcode is None:
+        raise AssertionError(f"the forkserver never reported the end of run {process.pid}")
     return process.exitcode, log.read_text(errors="replace") if log.exists() else ""

@@ -17,8 +17,13 @@ from typing import Any
 
 __all__ = ["TIMEOUT", "run"]
 
-#: Seconds a command may run: a hang, not a slow machine (pytest-timeout's is longer).
-TIMEOUT = 1200
+#: Seconds a command may run: a hang, not a slow machine (pytest-timeout's is longer). The
+#: longest command here (an example's training run) takes about 2 minutes on 2 shared cores.
+TIMEOUT = 600
+
+#: Seconds to wait for a killed command's pipes to close: a process that left its group (a
+#: session of its own) may hold them open; then its output is not waited for.
+REAP = 30
 
 
 def _kill_group(pid: int) -> None:
@@ -44,7 +49,10 @@ def run(
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process.pid)
-        out, err = process.communicate()
+        try:
+            out, err = process.communicate(timeout=REAP)
+        except subprocess.TimeoutExpired:
+            out, err = "", f"(its pipes were still open {REAP} s after the kill)"
         raise AssertionError(
             f"{' '.join(map(str, command))} ran past {timeout} s and was killed with its "
             f"process group; its stderr ended:\n{(err or '')[-3000:]}"
@@ -53,7 +61,7 @@ def run(
         _kill_group(process.pid)  # workers left behind by the command, if any
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.wait(REAP)
     done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
     if check:
         done.check_returncode()

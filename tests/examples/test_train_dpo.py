@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from examples.train_dpo import dpo_pairs, sequence_logps
+from tests import subprocesses
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,16 +50,9 @@ def test_a_fast_run_lifts_the_held_out_preference_accuracy(tmp_path: Path) -> No
     # group is ended if it ever hangs.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the other core runs the other test worker
     command = [sys.executable, "examples/train_dpo.py", "--fast", "--cache", str(tmp_path)]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(timeout=1800)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
-    assert process.returncode == 0, err[-4000:]
+    done = subprocesses.run(command, cwd=ROOT, env=env)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err[-4000:]
     assert "PreferenceDataModule" in out and "packed into rows of 128" in out  # its summary
     line = re.search(
         r"held-out preference accuracy: (\d\.\d+) before DPO, (\d\.\d+) after 100 DPO steps", out
