@@ -15,8 +15,8 @@ EXAMPLES = "tests/examples/"
 
 #: Seconds after which a test's process writes every thread's stack to stderr and exits.
 #: pytest-timeout (``timeout`` in pyproject.toml, 900 s) stops a hung test first, from a
-#: Python signal handler; one that never gives the GIL back (a deadlock in C) never runs that
-#: handler, and hung CI until its own limit. faulthandler's watchdog is a C thread that needs
+#: Python signal handler; a deadlock that never gives the GIL back never runs that handler
+#: (one ran CI to its own limit). faulthandler's watchdog is a C thread that needs
 #: no GIL: the worker exits, pytest-xdist reports the test as failed and starts another.
 HANG = 1000
 

@@ -110,7 +110,9 @@ def run_main(
         Its exit status (0 when ``main`` returned) and the text it printed.
 
     Raises:
-        AssertionError: It ran past ``timeout`` (its session killed, its output's end shown).
+        AssertionError: It ran past ``timeout`` (its session killed, its output's end and every
+            process's stacks shown), or the forkserver did not report its end within ``REAP``
+            seconds of the kill.
     """
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
