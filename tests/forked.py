@@ -40,8 +40,9 @@ TIMEOUT = 600
 #: Seconds to wait for the forkserver to report a killed run's end before giving up on it.
 REAP = 30
 
-#: Seconds the processes of a hung run get to write their stacks before they are killed.
-DUMP = 3
+#: Seconds each process of a hung run gets to write its stacks, one after another (written at
+#: once, their lines interleave).
+DUMP = 0.3
 
 #: What the forkserver imports once, so that no run pays for it.
 PRELOAD = ["torch", "lightning.pytorch", "datamodules", "tests.ddp_runner"]
@@ -57,6 +58,29 @@ def _signal_session(pid: int, signum: int) -> None:
 
 def _kill_session(pid: int) -> None:
     _signal_session(pid, signal.SIGKILL)
+
+
+def _session_members(sid: int) -> list[int]:
+    """The processes of session ``sid``, oldest first (from ``/proc``; empty without it)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = entry.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
+                members.append(int(entry.parent.name))
+    return sorted(members)
+
+
+def _dump_stacks(sid: int) -> None:
+    """Has each process of session ``sid`` write its threads' stacks to its log, in turn."""
+    members = _session_members(sid)
+    if not members:
+        _signal_session(sid, signal.SIGUSR1)
+        time.sleep(DUMP)
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(DUMP)
 
 
 def _child(
@@ -123,8 +147,7 @@ def run_main(
     try:
         process.join(timeout)
         if process.exitcode is None:
-            _signal_session(process.pid, signal.SIGUSR1)  # every process writes its stacks
-            time.sleep(DUMP)
+            _dump_stacks(process.pid)
             _kill_session(process.pid)
             process.join(REAP)
             text = log.read_text(errors="replace") if log.exists() else ""

@@ -1,6 +1,6 @@
 """tests.forked.run_main bounds a hung run: its session is killed at ``timeout``, and the error
-shows the stacks of every process in it (the run's own and those it forked), so a hang fails
-its test with what it was waiting on instead of hanging the suite."""
+shows the stacks of every process in it (the run's own and those it forked, one after the
+other), so a hang fails its test with what it was waiting on instead of hanging the suite."""
 
 from __future__ import annotations
 
@@ -42,3 +42,6 @@ def test_a_hung_run_is_killed_with_every_process_stacks_shown(tmp_path) -> None:
     child, parent = lines + 3, lines + 5  # the two sleeps
     for line in (child, parent):
         assert f"line {line} in sleeps_in_two_processes" in message, message
+    # one process after another, the run's own first: whole stacks, not interleaved lines
+    where = [message.index(f"line {line} in sleeps_in_two_processes") for line in (parent, child)]
+    assert where[0] < message.index("Current thread", where[0]) < where[1], message
