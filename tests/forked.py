@@ -61,7 +61,7 @@ def _kill_session(pid: int) -> None:
 
 
 def _session_members(sid: int) -> list[int]:
-    """The processes of session ``sid``, oldest first (from ``/proc``; empty without it)."""
+    """The processes of session ``sid`` in pid order (from ``/proc``; empty without it)."""
     members = []
     for entry in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
