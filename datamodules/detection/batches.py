@@ -38,7 +38,7 @@ from datamodules.detection.flip_path import (
 )
 from datamodules.detection.masks import object_mask, object_masks, require_pycocotools
 from datamodules.detection.scaling import DecodePlanner, scale_segmentation
-from datamodules.imaging.decoding import read_image_file
+from datamodules.imaging.decoding import read_image_scratch
 
 __all__ = ["CROWD", "DetectionBatchView", "ResizeMinMax", "default_transforms"]
 
@@ -194,13 +194,17 @@ class DetectionBatchView(SplitView):
         boxes, labels, rows, crowd = boxes[~crowd], labels[~crowd], rows[~crowd], crowd[~crowd]
         return target, boxes, labels, rows, crowd
 
-    def encoded(self, i: int) -> tuple[bytearray, str]:
-        """Image ``i``'s encoded bytes (from its shard, or its file) and what errors call it."""
+    def encoded(self, i: int) -> tuple[bytearray | memoryview, str]:
+        """Image ``i``'s encoded bytes (from its shard, or its file) and what errors call it.
+
+        A file's bytes are a view of this thread's scratch buffer
+        (:func:`~datamodules.imaging.decoding.read_image_scratch`): decode them before the
+        next call."""
         index = self.index
         if self.read_image is not None and index.meta.get("images") == "shards":
             return self.read_image.data(index, i)
         path = index.image_path(i)
-        return read_image_file(path), path
+        return read_image_scratch(path), path
 
     def object_masks(
         self,

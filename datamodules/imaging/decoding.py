@@ -8,6 +8,15 @@
   libpng, libwebp, giflib; no FFmpeg needed); every other format (BMP, TIFF, PPM/PGM,
   ...) goes through Pillow. The format is sniffed from the file's first bytes, not from
   its extension.
+* A baseline or progressive JPEG in YCbCr or grayscale that decodes without a warning goes
+  through simplejpeg instead (libjpeg-turbo's TurboJPEG API, the same integer IDCT and
+  upsampling as TorchCodec's libjpeg-turbo: the same pixels, tested), with its EXIF
+  orientation read from its header (:func:`~datamodules.imaging.jpeg_header.jpeg_header`)
+  and applied as below. It decodes the benchmark's 640x480-800x600 photos 5% faster alone
+  and 8-12% faster inside a detection epoch (2.24 against 2.35 ms an image alone). Anything
+  else (CMYK, YCCK, 12-bit, a header this module's parser cannot read, a warning such as a
+  missing end marker) is left to TorchCodec, which decides and names the error; without
+  simplejpeg installed, TorchCodec decodes every JPEG.
 
 Image folders (:class:`~datamodules.ImageFolderDataModule`) and image records of streams
 (:class:`~datamodules.StreamingDataModule` with ``image_key=``) both decode here, so their
@@ -34,10 +43,14 @@ from __future__ import annotations
 import io
 import os
 import re
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+
+from datamodules.imaging.jpeg_header import jpeg_header
 
 PathLike = str | os.PathLike
 
@@ -181,7 +194,7 @@ def decode_image(path: PathLike, *, channels_last: bool = False) -> torch.Tensor
             and the cause; the original exception is chained as ``__cause__``.
     """
     path = os.fspath(path)
-    return _decode(read_image_file(path), path, channels_last)
+    return _decode(read_image_scratch(path), path, channels_last)
 
 
 #: ``os.readv`` (POSIX), which reads into a buffer in place; None where there is none.
@@ -225,6 +238,56 @@ def read_image_file(path: str) -> bytearray:
         os.close(fd)
 
 
+#: Each thread's buffer for :func:`read_image_scratch` (a memoryview of a bytearray).
+_scratch = threading.local()
+#: Files larger than this are read into a buffer of their own: a thread keeps its scratch
+#: buffer for its life, and one large TIFF should not hold its size there.
+SCRATCH_LIMIT = 16 << 20
+
+
+def read_image_scratch(path: str) -> memoryview:
+    """The bytes of an image file, read into this thread's reused buffer: a view that stays
+    valid until the same thread's next call. For a caller that decodes the bytes at once and
+    keeps nothing that points into them (the decoders copy what they return).
+
+    In a detection epoch at 0 workers here, reading each file into a new ``bytearray`` (as
+    :func:`read_image_file` does) took 0.09-0.14 ms a 75 KB JPEG between two decodes, against
+    0.06 ms into a buffer that stays the same: a new one is fresh memory each time, while the
+    decoder's output has just pushed the last one out of the CPU's caches. Files over
+    :data:`SCRATCH_LIMIT` get a buffer of their own.
+
+    Raises:
+        ImageDecodeError: The file cannot be read, naming it and the cause.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size >= SCRATCH_LIMIT:
+            return memoryview(read_image_file(path))
+        buffer = getattr(_scratch, "buffer", None)
+        if buffer is None or len(buffer) <= size:
+            # A new buffer, never a resized one: a view of the old one may still be alive (in
+            # an error's traceback), and a bytearray with views cannot be resized.
+            buffer = _scratch.buffer = memoryview(bytearray(max(1 << 20, 2 * (size + 1))))
+        # One byte more than the size, to see a file that grew since fstat.
+        wanted, filled = size + 1, 0
+        while filled < wanted:
+            count = _read_into(fd, buffer[filled:wanted])
+            if not count:
+                break
+            filled += count
+        if filled == wanted:  # it grew: read it whole, into a buffer of its own
+            return memoryview(read_image_file(path))
+        return buffer[:filled]
+    except OSError as exc:
+        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
 def _read_into(fd: int, buffer: memoryview) -> int:
     """Reads from ``fd`` into ``buffer``; the count read (0 at the end of the file)."""
     if _readv is not None:
@@ -243,8 +306,9 @@ def decode_image_bytes(
     file and calls this): the same bytes give the same pixels.
 
     Args:
-        data: The encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF, ...). A ``bytearray`` is
-            decoded in place; other buffers are copied once (the decoders need a writable one).
+        data: The encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF, ...). A ``bytearray`` or
+            a writable, contiguous ``memoryview`` of bytes is decoded in place (and left as it
+            was); other buffers are copied once (the decoders need a writable one).
         name: What to call the image in an error message (a path, a shard and key).
         channels_last: Return the interleaved layout (see :func:`decode_image`).
 
@@ -255,17 +319,30 @@ def decode_image_bytes(
         ImageDecodeError: The bytes are empty, not an image, truncated or corrupt; the
             message names ``name`` and the cause.
     """
-    if not isinstance(data, bytearray):
+    if not isinstance(data, bytearray) and not _writable_bytes(data):
         data = bytearray(data)
     return _decode(data, name, channels_last)
 
 
-def _decode(data: bytearray, name: str, channels_last: bool) -> torch.Tensor:
+def _writable_bytes(data: object) -> bool:
+    """Whether ``data`` is a writable, contiguous memoryview of bytes (decoded in place)."""
+    return (
+        isinstance(data, memoryview)
+        and not data.readonly
+        and data.contiguous
+        and data.format in ("B", "b", "c")
+        and data.ndim == 1
+    )
+
+
+def _decode(data: bytearray | memoryview, name: str, channels_last: bool) -> torch.Tensor:
     if not data:
         raise ImageDecodeError.for_file(name, "file is empty (0 bytes)")
     fmt = _sniff_format(bytes(data[:12]))
     try:
-        image = _decode_torchcodec(fmt, data) if fmt is not None else _decode_pillow(data)
+        image = _decode_simplejpeg(data) if fmt == "jpeg" else None
+        if image is None:
+            image = _decode_torchcodec(fmt, data) if fmt is not None else _decode_pillow(data)
     except ImageDecodeError:
         raise
     except Exception as exc:  # decoders raise RuntimeError, ValueError, OSError, SyntaxError...
@@ -288,6 +365,36 @@ def _to_layout(image: torch.Tensor, channels_last: bool) -> torch.Tensor:
         return image
     # numpy's strided copy is about 2x faster than Tensor.contiguous() for HWC -> CHW.
     return torch.from_numpy(np.ascontiguousarray(image.numpy()))
+
+
+#: simplejpeg, once imported (False: not installed).
+_simplejpeg: Any = None
+
+
+def _decode_simplejpeg(data: bytearray | memoryview) -> torch.Tensor | None:
+    """A JPEG decoded by simplejpeg with its EXIF orientation applied, as a ``(3, H, W)`` view
+    of the interleaved pixels; None where TorchCodec should decode it (see the module
+    docstring)."""
+    global _simplejpeg
+    if _simplejpeg is None:
+        try:
+            import simplejpeg
+        except ImportError:
+            simplejpeg = False
+        _simplejpeg = simplejpeg
+    if _simplejpeg is False:
+        return None
+    header = jpeg_header(data)
+    if header is None:
+        return None
+    try:
+        if _simplejpeg.decode_jpeg_header(data)[2] not in ("YCbCr", "Gray"):
+            return None
+        # strict: a recoverable error (a truncated file...) raises, and TorchCodec decides.
+        pixels = _simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+    except ValueError:
+        return None
+    return _apply_orientation(torch.from_numpy(pixels).permute(2, 0, 1), header[2])
 
 
 def _decode_torchcodec(fmt: str, data: bytearray) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import struct
@@ -364,3 +365,164 @@ def test_read_image_file_gives_the_exact_bytes_and_names_what_it_cannot_read(
         decoding.read_image_file(str(missing))
     with pytest.raises(ImageDecodeError, match=rf"{tmp_path}.*cannot read file: Is a directory"):
         decoding.read_image_file(str(tmp_path))
+
+
+@pytest.mark.parametrize("readv", [True, False], ids=["readv", "read"])
+def test_read_image_scratch_gives_the_exact_bytes_in_one_reused_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readv: bool
+) -> None:
+    """The bytes of each file, in one buffer that the thread's next read reuses; a larger file
+    gets a new buffer (the last view still holds its bytes); errors name the path."""
+    if not readv:
+        monkeypatch.setattr(decoding, "_readv", None)
+    monkeypatch.setattr(decoding, "_scratch", decoding.threading.local())
+    small, other = bytes(range(256)) * 10, bytes(range(255, -1, -1)) * 12
+    large = bytes(range(256)) * 5000  # 1.28 MB: past the first buffer's 1 MiB
+    for name, body in (("small.jpg", small), ("other.jpg", other), ("large.jpg", large)):
+        (tmp_path / name).write_bytes(body)
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    first = decoding.read_image_scratch(str(tmp_path / "small.jpg"))
+    assert type(first) is memoryview and first == small
+    second = decoding.read_image_scratch(str(tmp_path / "other.jpg"))
+    assert second == other and second.obj is first.obj  # the same buffer
+    assert first[: len(other)] == other[: len(small)]  # overwritten: valid until the next read
+    grown = decoding.read_image_scratch(str(tmp_path / "large.jpg"))
+    assert grown == large and grown.obj is not first.obj and second == other
+    assert decoding.read_image_scratch(str(tmp_path / "empty.jpg")) == b""
+    missing = tmp_path / "missing.jpg"
+    with pytest.raises(ImageDecodeError, match=rf"{missing}.*cannot read file: No such file"):
+        decoding.read_image_scratch(str(missing))
+    with pytest.raises(ImageDecodeError, match=rf"{tmp_path}.*cannot read file: Is a directory"):
+        decoding.read_image_scratch(str(tmp_path))
+
+
+def test_read_image_scratch_gives_large_and_growing_files_a_buffer_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file over ``SCRATCH_LIMIT`` is not kept in the scratch buffer, and a file longer than
+    its ``fstat`` size (it grew in between) is read whole."""
+    monkeypatch.setattr(decoding, "_scratch", decoding.threading.local())
+    body = bytes(range(256)) * 40
+    path = tmp_path / "a.jpg"
+    path.write_bytes(body)
+    scratch = decoding.read_image_scratch(str(path))
+    monkeypatch.setattr(decoding, "SCRATCH_LIMIT", 1000)
+    own = decoding.read_image_scratch(str(path))
+    assert own == body and own.obj is not scratch.obj
+    monkeypatch.setattr(decoding, "SCRATCH_LIMIT", 16 << 20)
+    real_fstat = os.fstat
+
+    class Shorter:
+        st_size = len(body) - 100
+
+    monkeypatch.setattr(decoding.os, "fstat", lambda fd: Shorter if fd > 2 else real_fstat(fd))
+    grown = decoding.read_image_scratch(str(path))
+    assert grown == body and grown.obj is not scratch.obj
+
+
+def test_read_image_scratch_keeps_one_buffer_a_thread(tmp_path: Path) -> None:
+    """Two threads' reads do not overwrite each other's bytes."""
+    import threading
+
+    (tmp_path / "a.jpg").write_bytes(b"a" * 5000)
+    (tmp_path / "b.jpg").write_bytes(b"b" * 5000)
+    mine = decoding.read_image_scratch(str(tmp_path / "a.jpg"))
+    theirs = []
+    thread = threading.Thread(
+        target=lambda: theirs.append(bytes(decoding.read_image_scratch(str(tmp_path / "b.jpg"))))
+    )
+    thread.start()
+    thread.join(30)
+    assert theirs == [b"b" * 5000] and mine == b"a" * 5000
+
+
+def test_a_writable_memoryview_is_decoded_in_place_and_left_as_it_was(tmp_path: Path) -> None:
+    """``decode_image_bytes`` takes a writable view of bytes without copying it (a read-only
+    one is copied): the same pixels as the file's, the bytes unchanged."""
+    path = tmp_path / "x.jpg"
+    Image.fromarray(_smooth()).save(path, "JPEG")
+    data = path.read_bytes()
+    buffer = bytearray(b"\0" * 7 + data + b"\0" * 5)
+    view = memoryview(buffer)[7 : 7 + len(data)]
+    assert decoding._writable_bytes(view) and not decoding._writable_bytes(memoryview(data))
+    assert not decoding._writable_bytes(memoryview(buffer).cast("B", (len(buffer),))[::2])
+    assert torch.equal(decode_image_bytes(view), decode_image(path))
+    assert buffer == b"\0" * 7 + data + b"\0" * 5
+
+
+# --------------------------------------------------------------------------- JPEG via simplejpeg
+
+
+def _photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Smooth gradients with noise on top: every DCT frequency and both chroma planes busy."""
+    noise = np.random.default_rng(seed).integers(-40, 41, (h, w, 3))
+    return np.clip(_smooth(h, w).astype(np.int64) + noise, 0, 255).astype(np.uint8)
+
+
+def _jpeg(pixels: np.ndarray, **options: object) -> bytearray:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", **options)
+    return bytearray(buffer.getvalue())
+
+
+def _torchcodec_rgb(data: bytearray) -> torch.Tensor:
+    from torchcodec.decoders import decode_jpeg
+
+    return decode_jpeg(torch.frombuffer(data, dtype=torch.uint8), mode="RGB")
+
+
+JPEG_KINDS = {
+    "444": (_photo(37, 53), {"subsampling": 0, "quality": 95}),
+    "422": (_photo(37, 53, 1), {"subsampling": 1, "quality": 90}),
+    "420": (_photo(37, 53, 2), {"subsampling": 2, "quality": 75}),
+    "progressive": (_photo(64, 48, 3), {"progressive": True, "quality": 85}),
+    "optimized": (_photo(17, 100, 4), {"optimize": True, "quality": 60}),
+    "gray": (_photo(40, 30, 5)[..., 0], {"quality": 90}),
+    "one_pixel": (_photo(1, 1, 6), {}),
+    "large_odd": (_photo(601, 803, 7), {"quality": 90}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JPEG_KINDS))
+def test_jpegs_decode_through_simplejpeg_to_torchcodecs_pixels(kind: str) -> None:
+    """Baseline, progressive, optimised, 4:4:4 / 4:2:2 / 4:2:0 and grayscale JPEGs take the
+    simplejpeg path and give exactly TorchCodec's pixels, in both layouts."""
+    pixels, options = JPEG_KINDS[kind]
+    data = _jpeg(pixels, **options)
+    expected = _torchcodec_rgb(data)
+    direct = decoding._decode_simplejpeg(data)
+    assert direct is not None and torch.equal(direct, expected)
+    for layout in (False, True):
+        image = decode_image_bytes(data, channels_last=layout)
+        assert torch.equal(image, expected)
+        assert image.is_contiguous() if not layout else image.permute(1, 2, 0).is_contiguous()
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_simplejpeg_applies_the_exif_orientation_as_torchcodec_does(
+    tmp_path: Path, orientation: int
+) -> None:
+    path = tmp_path / "x.jpg"
+    _save_oriented(path, "JPEG", orientation)
+    data = bytearray(path.read_bytes())
+    direct = decoding._decode_simplejpeg(data)
+    assert direct is not None and torch.equal(direct, _torchcodec_rgb(data))
+    assert torch.equal(decode_image(path), _torchcodec_rgb(data).contiguous())
+
+
+def test_jpegs_simplejpeg_leaves_go_to_torchcodec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CMYK, a truncated file, a header the marker parser cannot read, and every JPEG when
+    simplejpeg is not installed: TorchCodec decodes (or names the error) as before."""
+    buffer = io.BytesIO()
+    Image.fromarray(_photo(20, 30)).convert("CMYK").save(buffer, "JPEG", quality=90)
+    cmyk = bytearray(buffer.getvalue())
+    assert decoding._decode_simplejpeg(cmyk) is None
+    assert torch.equal(decode_image_bytes(cmyk), _torchcodec_rgb(cmyk).contiguous())
+    plain = _jpeg(_photo(20, 30, 1))
+    assert decoding._decode_simplejpeg(plain[:-2]) is None  # no end marker: a warning
+    with pytest.raises(ImageDecodeError, match="TorchCodec JPEG decoder"):
+        decode_image_bytes(plain[:-2])
+    assert decoding._decode_simplejpeg(bytearray(b"\xff\xd8\xff\xe0") + bytes(64)) is None
+    monkeypatch.setattr(decoding, "_simplejpeg", False)
+    assert decoding._decode_simplejpeg(plain) is None
+    assert torch.equal(decode_image_bytes(plain), _torchcodec_rgb(plain).contiguous())
