@@ -40,11 +40,12 @@ Colour handling in :func:`decode_image` (the same for both decoders):
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -215,11 +216,7 @@ def read_image_file(path: str) -> bytearray:
     Raises:
         ImageDecodeError: The file cannot be read, naming it and the cause.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as exc:
-        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
-    try:
+    with _open_image_file(path) as fd:
         data = bytearray(os.fstat(fd).st_size)
         with memoryview(data) as view:
             filled = 0
@@ -232,6 +229,20 @@ def read_image_file(path: str) -> bytearray:
         while chunk := os.read(fd, 1 << 16):  # what the size did not count: a growing file
             data += chunk
         return data
+
+
+@contextlib.contextmanager
+def _open_image_file(path: str) -> Iterator[int]:
+    """An image file's descriptor, open for reading and closed after; an ``OSError`` on the
+    way (opening or reading) becomes an :class:`ImageDecodeError` that names the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        yield fd
+    except ImageDecodeError:
+        raise
     except OSError as exc:
         raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
     finally:
@@ -259,11 +270,7 @@ def read_image_scratch(path: str) -> memoryview:
     Raises:
         ImageDecodeError: The file cannot be read, naming it and the cause.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as exc:
-        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
-    try:
+    with _open_image_file(path) as fd:
         size = os.fstat(fd).st_size
         if size >= SCRATCH_LIMIT:
             return memoryview(read_image_file(path))
@@ -282,10 +289,6 @@ def read_image_scratch(path: str) -> memoryview:
         if filled == wanted:  # it grew: read it whole, into a buffer of its own
             return memoryview(read_image_file(path))
         return buffer[:filled]
-    except OSError as exc:
-        raise ImageDecodeError.for_file(path, f"cannot read file: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
 
 
 def _read_into(fd: int, buffer: memoryview) -> int:

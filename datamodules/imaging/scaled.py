@@ -81,6 +81,7 @@ DECODE_SIZE = "decode_size"
 #: The DCT scales (denominators) Pillow decodes at, largest first.
 SCALES = (8, 4, 2)
 
+
 def check_decode(decode: Any) -> None:
     """Raises unless ``decode`` is ``"scaled"`` or ``"full"``, naming the value."""
     check_choice(decode, "decode", DECODE)
