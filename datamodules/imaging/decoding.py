@@ -12,8 +12,9 @@
   through simplejpeg instead (libjpeg-turbo's TurboJPEG API, the same integer IDCT and
   upsampling as TorchCodec's libjpeg-turbo: the same pixels, tested), with its EXIF
   orientation read from its header (:func:`~datamodules.imaging.jpeg_header.jpeg_header`)
-  and applied as below. It decodes the benchmark's 640x480-800x600 photos 5% faster alone
-  and 8-12% faster inside a detection epoch (2.24 against 2.35 ms an image alone). Anything
+  and applied as below. It decodes the detection benchmark's 640x480-800x600 photos in 2.24
+  against 2.30-2.38 ms an image alone, and about 9% faster inside a 0-worker detection epoch
+  (medians of four alternated pairs). Anything
   else (CMYK, YCCK, 12-bit, a header this module's parser cannot read, a warning such as a
   missing end marker) is left to TorchCodec, which decides and names the error; without
   simplejpeg installed, TorchCodec decodes every JPEG.
