@@ -53,8 +53,9 @@ from datamodules.core.checks import check_choice
 from datamodules.imaging.decoding import (
     ImageDecodeError,
     _apply_orientation,
+    _writable_bytes,
     decode_image_bytes,
-    read_image_file,
+    read_image_scratch,
 )
 from datamodules.imaging.jpeg_header import jpeg_header
 from datamodules.imaging.transforms import (
@@ -353,13 +354,13 @@ class ImageDecoder:
     def file(self, path: str | os.PathLike) -> tuple[torch.Tensor, Any]:
         """Reads and decodes one image file (errors name it, as ``decode_image``'s do)."""
         path = os.fspath(path)
-        return self.bytes(read_image_file(path), path)
+        return self.bytes(read_image_scratch(path), path)
 
     def bytes(
         self, data: bytes | bytearray | memoryview, name: str = "<bytes>"
     ) -> tuple[torch.Tensor, Any]:
         """Decodes one encoded image held in memory; ``name`` is what errors call it."""
-        if not isinstance(data, bytearray):
+        if not isinstance(data, bytearray) and not _writable_bytes(data):
             data = bytearray(data)
         header = None if self.plan is None else jpeg_header(data)
         if header is None:
